@@ -1,0 +1,205 @@
+"""Sublayers of the exact transformer, each with its hooks next to its math.
+
+Shapes follow TransformerLens: activations are [batch, pos, ...], attention
+scores/patterns are [batch, head, query_pos, key_pos], per-head tensors are
+[batch, pos, head, d_head].
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from exactlens.model.config import ExactConfig
+from exactlens.model.positional import evaluate_features
+
+
+def _param(*shape: int, dtype: torch.dtype, trainable: bool = True) -> nn.Parameter:
+    return nn.Parameter(torch.zeros(*shape, dtype=dtype), requires_grad=trainable)
+
+
+class Embed(nn.Module):
+    def __init__(self, cfg: ExactConfig):
+        super().__init__()
+        self.W_E = _param(cfg.d_vocab, cfg.d_model, dtype=cfg.torch_dtype)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.W_E[tokens]
+
+
+class PosEmbed(nn.Module):
+    """Learned table W_pos [n_ctx, d_model], or features(i, n) @ W_feat."""
+
+    def __init__(self, cfg: ExactConfig):
+        super().__init__()
+        self.cfg = cfg
+        if cfg.learned_positions:
+            self.W_pos = _param(cfg.n_ctx, cfg.d_model, dtype=cfg.torch_dtype)
+        else:
+            self.W_feat = _param(len(cfg.positional_features), cfg.d_model, dtype=cfg.torch_dtype)
+
+    def forward(self, n_pos: int, n_positions: torch.Tensor) -> torch.Tensor:
+        if self.cfg.learned_positions:
+            return self.W_pos[:n_pos].unsqueeze(0).expand(n_positions.shape[0], -1, -1)
+        feats = evaluate_features(self.cfg.positional_features, n_pos, n_positions, self.W_feat.dtype)
+        return feats @ self.W_feat
+
+
+class LayerNorm(nn.Module):
+    """LN(x) = (x - mean x) / sqrt(var x + eps) * w + b, eps may be 0.
+
+    With ln_center=False it only scales: x / sqrt(mean x^2 + eps) (Brody et
+    al.'s LN without the projection). hook_scale is the denominator, [batch, pos, 1].
+    """
+
+    def __init__(self, cfg: ExactConfig):
+        super().__init__()
+        self.eps = cfg.ln_eps
+        self.center = cfg.ln_center
+        self.w = nn.Parameter(torch.ones(cfg.d_model, dtype=cfg.torch_dtype), requires_grad=cfg.ln_affine)
+        self.b = _param(cfg.d_model, dtype=cfg.torch_dtype, trainable=cfg.ln_affine)
+        self.hook_scale = HookPoint()
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.center:
+            x = x - x.mean(-1, keepdim=True)
+        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized(x / scale) * self.w + self.b
+
+
+def visible_keys(mask: str, n_pos: int, n_positions: torch.Tensor) -> torch.Tensor:
+    """Bool [batch, 1, query, key]: may query i read key j (mask and padding)."""
+    i = torch.arange(n_pos).unsqueeze(1)
+    j = torch.arange(n_pos).unsqueeze(0)
+    structural = {
+        "none": torch.ones(n_pos, n_pos, dtype=torch.bool),
+        "causal": j <= i,
+        "strict_causal": j < i,
+        "past": j >= i,
+        "strict_past": j > i,
+    }[mask]
+    real_key = torch.arange(n_pos).unsqueeze(0) < n_positions.unsqueeze(1)  # [batch, key]
+    return structural.unsqueeze(0).unsqueeze(0) & real_key[:, None, None, :]
+
+
+def hard_weights(scores: torch.Tensor, allowed: torch.Tensor, kind: str, tol: float) -> torch.Tensor:
+    """Average-hard or unique-hard (leftmost/rightmost) attention weights."""
+    best = scores.amax(-1, keepdim=True)
+    tied = allowed & (scores >= best - tol)
+    if kind == "average_hard":
+        tied = tied.to(scores.dtype)
+        return tied / tied.sum(-1, keepdim=True).clamp(min=1)
+    if kind == "unique_hard_right":
+        tied = tied.flip(-1)
+    first = tied & (tied.cumsum(-1) == 1)
+    if kind == "unique_hard_right":
+        first = first.flip(-1)
+    return first.to(scores.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ExactConfig):
+        super().__init__()
+        self.cfg = cfg
+        h, m, d = cfg.n_heads, cfg.d_model, cfg.d_head
+        dt = cfg.torch_dtype
+        self.W_Q = _param(h, m, d, dtype=dt)
+        self.W_K = _param(h, m, d, dtype=dt)
+        self.W_V = _param(h, m, d, dtype=dt)
+        self.W_O = _param(h, d, m, dtype=dt)
+        self.b_Q = _param(h, d, dtype=dt, trainable=cfg.attn_bias)
+        self.b_K = _param(h, d, dtype=dt, trainable=cfg.attn_bias)
+        self.b_V = _param(h, d, dtype=dt, trainable=cfg.attn_bias)
+        self.b_O = _param(m, dtype=dt, trainable=cfg.attn_bias)
+        for name in ("q", "k", "v", "attn_scores", "pattern", "z", "result"):
+            setattr(self, f"hook_{name}", HookPoint())
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        q = self.hook_q(torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q)
+        k = self.hook_k(torch.einsum("bpm,hmd->bphd", x, self.W_K) + self.b_K)
+        v = self.hook_v(torch.einsum("bpm,hmd->bphd", x, self.W_V) + self.b_V)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / cfg.scale_divisor
+        if cfg.attn_length_scale == "log_n":  # Chiang & Cholak eq. 2
+            scores = scores * torch.log(n_positions.to(scores.dtype))[:, None, None, None]
+        elif cfg.attn_length_scale == "log_visible":
+            scores = scores * torch.log(allowed.sum(-1, keepdim=True).clamp(min=1).to(scores.dtype))
+        scores = self.hook_attn_scores(scores.masked_fill(~allowed, -math.inf))
+        weighting = cfg.attention_weighting
+        if weighting == "softmax":
+            pattern = torch.softmax(scores, dim=-1)
+            pattern = torch.where(allowed, pattern, torch.zeros((), dtype=pattern.dtype))  # empty rows -> 0
+        elif weighting == "none":
+            pattern = torch.where(allowed, scores, torch.zeros((), dtype=scores.dtype))
+        else:
+            pattern = hard_weights(scores, allowed, weighting, cfg.hard_tie_tolerance)
+        pattern = self.hook_pattern(pattern)
+        z = self.hook_z(torch.einsum("bhqk,bkhd->bqhd", pattern, v))
+        if cfg.use_attn_result:
+            result = self.hook_result(torch.einsum("bqhd,hdm->bqhm", z, self.W_O))
+            return result.sum(-2) + self.b_O
+        return torch.einsum("bqhd,hdm->bqm", z, self.W_O) + self.b_O
+
+
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "identity": lambda x: x}
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ExactConfig):
+        super().__init__()
+        dt = cfg.torch_dtype
+        self.W_in = _param(cfg.d_model, cfg.d_mlp, dtype=dt)
+        self.b_in = _param(cfg.d_mlp, dtype=dt, trainable=cfg.mlp_bias)
+        self.W_out = _param(cfg.d_mlp, cfg.d_model, dtype=dt)
+        self.b_out = _param(cfg.d_model, dtype=dt, trainable=cfg.mlp_bias)
+        self.act = _ACTIVATIONS[cfg.act_fn]
+        self.hook_pre = HookPoint()
+        self.hook_post = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pre = self.hook_pre(x @ self.W_in + self.b_in)
+        return self.hook_post(self.act(pre)) @ self.W_out + self.b_out
+
+
+class Block(nn.Module):
+    """One layer. Post-LN (Vaswani; Chiang & Cholak §2.2.2):
+    c = LN1(x + Att(x)), a = LN2(c + FFN(c)); hook_resid_mid is c.
+    Pre-LN: c = x + Att(LN1(x)), a = c + FFN(LN2(c))."""
+
+    def __init__(self, cfg: ExactConfig):
+        super().__init__()
+        self.norm = cfg.normalization
+        self.attn = Attention(cfg)
+        self.mlp = MLP(cfg) if cfg.d_mlp > 0 else None
+        if self.norm != "none":
+            self.ln1 = LayerNorm(cfg)
+            if self.mlp is not None:
+                self.ln2 = LayerNorm(cfg)
+        for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
+            setattr(self, f"hook_{name}", HookPoint())
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+        attn_in = self.ln1(x) if self.norm == "pre" else x
+        mid = x + self.hook_attn_out(self.attn(attn_in, allowed, n_positions))
+        mid = self.hook_resid_mid(self.ln1(mid) if self.norm == "post" else mid)
+        if self.mlp is None:
+            return self.hook_resid_post(mid)
+        mlp_in = self.ln2(mid) if self.norm == "pre" else mid
+        out = mid + self.hook_mlp_out(self.mlp(mlp_in))
+        return self.hook_resid_post(self.ln2(out) if self.norm == "post" else out)
+
+
+class Unembed(nn.Module):
+    def __init__(self, cfg: ExactConfig):
+        super().__init__()
+        self.W_U = _param(cfg.d_model, cfg.d_vocab_out, dtype=cfg.torch_dtype)
+        self.b_U = _param(cfg.d_vocab_out, dtype=cfg.torch_dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.W_U + self.b_U

@@ -1,0 +1,246 @@
+"""ExactConfig: every architectural switch of the one hooked model class.
+
+The same dataclass describes a hand-built construction (post-LN with eps = 0,
+length-dependent positions, log-n scaled or hard attention) and a trainable
+model. It also carries the attribute names that TransformerLens utilities
+(ActivationCache, patching) read from ``model.cfg``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from exactlens.errors import ExactLensError
+
+MASKS = ("none", "causal", "strict_causal", "past", "strict_past")
+"""Attention masks: which key positions j a query at position i may see.
+
+none: all j (encoder); causal: j <= i (future-masked); strict_causal: j < i;
+past: j >= i (past-masked, Transformer Cookbook §2); strict_past: j > i.
+A query that sees no key (position 0 under strict_causal) gets a zero output.
+"""
+
+WEIGHTINGS = ("softmax", "none", "average_hard", "unique_hard_left", "unique_hard_right")
+"""How scores become weights. none: the scores themselves (Shin & Matzinger's
+softmax-free bilinear attention); average_hard: uniform over the argmax set;
+unique_hard_left/right: all weight on the leftmost/rightmost maximum."""
+
+LENGTH_SCALES = ("none", "log_n", "log_visible")
+"""Extra factor on the scores: log n with n the number of (unpadded) positions
+(Chiang & Cholak eq. 2), or log of the number of keys the query can see."""
+
+NORMALIZATIONS = ("none", "post", "pre")
+ACTIVATIONS = ("relu", "gelu", "identity")
+READOUTS = ("sigmoid", "per_position", "logits")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ExactLensError(f"{name}={value!r} is not allowed; choose one of {', '.join(allowed)}")
+
+
+@dataclass
+class ExactConfig:
+    """Switches of :class:`exactlens.model.ExactTransformer`.
+
+    Positions are numbered from 0 and include the special tokens (CLS, EOS);
+    ``n`` in positional features and in ``log_n`` is the number of positions
+    of the (unpadded) sequence.
+    """
+
+    d_model: int
+    n_layers: int
+    d_vocab: int
+    n_heads: int = 1
+    d_head: int | None = None  # None -> d_model // n_heads
+    d_mlp: int = 0  # 0 = no FFN sublayer
+    d_vocab_out: int = 1  # readout size (1 for a sigmoid classifier)
+
+    attention_mask: str = "none"
+    attention_weighting: str = "softmax"
+    attn_scale: float | None = None  # scores are divided by this; None -> sqrt(d_head)
+    attn_length_scale: str = "none"
+    hard_tie_tolerance: float = 0.0  # scores within this of the max count as tied
+
+    normalization: str = "none"
+    ln_eps: float = 1e-5  # may be exactly 0 (Chiang & Cholak §4.2)
+    ln_affine: bool = True  # learnable gain/bias (set to 1 and 0 by constructions)
+    ln_center: bool = True  # False: scaling only, no projection (Brody et al.)
+
+    act_fn: str = "relu"
+    mlp_bias: bool = True
+    attn_bias: bool = True
+
+    # Positional encoding: either named features of (i, n), each mapped into the
+    # residual stream by the rows of pos_embed.W_feat, or a learned table
+    # pos_embed.W_pos of n_ctx rows (positional_features == ("learned",)).
+    positional_features: tuple[str, ...] = ()
+    n_ctx: int | None = None  # maximum positions; required for a learned table
+
+    readout: str = "logits"
+    readout_position: int = 0  # position read by the sigmoid readout (0 = CLS, -1 = last)
+
+    residual_labels: tuple[str, ...] | None = None
+    vocab: tuple[str, ...] | None = None  # token names, index = token id
+    dtype: str = "float32"
+    use_attn_result: bool = False  # compute per-head outputs for hook_result
+    model_name: str = "exactlens"
+    metadata: dict[str, Any] = field(default_factory=dict)  # construction parameters etc.
+
+    def __post_init__(self) -> None:
+        if isinstance(self.positional_features, list):
+            self.positional_features = tuple(self.positional_features)
+        if isinstance(self.residual_labels, list):
+            self.residual_labels = tuple(self.residual_labels)
+        if isinstance(self.vocab, list):
+            self.vocab = tuple(self.vocab)
+        for name in ("d_model", "n_layers", "d_vocab", "n_heads", "d_vocab_out"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ExactLensError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_head is None:
+            if self.d_model % self.n_heads:
+                raise ExactLensError(
+                    f"d_head not given and d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
+                )
+            self.d_head = self.d_model // self.n_heads
+        if not isinstance(self.d_head, int) or self.d_head < 1:
+            raise ExactLensError(f"d_head must be a positive integer, got {self.d_head!r}")
+        if not isinstance(self.d_mlp, int) or self.d_mlp < 0:
+            raise ExactLensError(f"d_mlp must be an integer >= 0 (0 = no FFN), got {self.d_mlp!r}")
+        _check_choice("attention_mask", self.attention_mask, MASKS)
+        _check_choice("attention_weighting", self.attention_weighting, WEIGHTINGS)
+        _check_choice("attn_length_scale", self.attn_length_scale, LENGTH_SCALES)
+        _check_choice("normalization", self.normalization, NORMALIZATIONS)
+        _check_choice("act_fn", self.act_fn, ACTIVATIONS)
+        _check_choice("readout", self.readout, READOUTS)
+        _check_choice("dtype", self.dtype, tuple(DTYPES))
+        if self.attn_scale is not None and not (self.attn_scale > 0 and math.isfinite(self.attn_scale)):
+            raise ExactLensError(f"attn_scale must be a finite positive divisor or None, got {self.attn_scale!r}")
+        if not self.ln_eps >= 0:
+            raise ExactLensError(f"ln_eps must be >= 0, got {self.ln_eps!r}")
+        if not self.hard_tie_tolerance >= 0:
+            raise ExactLensError(f"hard_tie_tolerance must be >= 0, got {self.hard_tie_tolerance!r}")
+        if self.readout == "sigmoid" and self.d_vocab_out != 1:
+            raise ExactLensError(f"a sigmoid readout has d_vocab_out=1, got {self.d_vocab_out}")
+        if self.positional_features == ("learned",):
+            if self.n_ctx is None or self.n_ctx < 1:
+                raise ExactLensError("a learned positional table needs n_ctx >= 1")
+        elif "learned" in self.positional_features:
+            raise ExactLensError("'learned' cannot be combined with other positional features")
+        else:
+            from exactlens.model.positional import check_feature_names
+
+            check_feature_names(self.positional_features)
+        if self.residual_labels is not None and len(self.residual_labels) != self.d_model:
+            raise ExactLensError(
+                f"residual_labels has {len(self.residual_labels)} names but d_model={self.d_model}"
+            )
+        if self.vocab is not None and len(self.vocab) != self.d_vocab:
+            raise ExactLensError(f"vocab has {len(self.vocab)} tokens but d_vocab={self.d_vocab}")
+
+    # ---- derived quantities -------------------------------------------------
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def learned_positions(self) -> bool:
+        return self.positional_features == ("learned",)
+
+    @property
+    def scale_divisor(self) -> float:
+        return float(self.attn_scale) if self.attn_scale is not None else math.sqrt(self.d_head)
+
+    # ---- fields that TransformerLens utilities read from model.cfg ----------
+
+    @property
+    def normalization_type(self) -> str | None:
+        """TransformerLens's name for the normalization.
+
+        Post-LN reports None: TL's residual decompositions (decompose_resid,
+        apply_ln_to_stack, logit attributions) assume that each block *adds*
+        to an un-normalized stream, which is false when LN sits on the stream.
+        """
+        if self.normalization == "pre":
+            return "LN" if self.ln_center else "RMS"
+        return None
+
+    @property
+    def act_fn_name(self) -> str:
+        return self.act_fn
+
+    @property
+    def eps(self) -> float:
+        return self.ln_eps
+
+    @property
+    def attn_only(self) -> bool:
+        return self.d_mlp == 0
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def positional_embedding_type(self) -> str:
+        return "standard"
+
+    @property
+    def original_architecture(self) -> str:
+        return "exactlens"
+
+    @property
+    def default_prepend_bos(self) -> bool:
+        return False
+
+    @property
+    def use_hook_mlp_in(self) -> bool:
+        return False
+
+    @property
+    def use_split_qkv_input(self) -> bool:
+        return False
+
+    @property
+    def use_attn_in(self) -> bool:
+        return False
+
+    @property
+    def n_key_value_heads(self) -> None:
+        return None
+
+    @property
+    def d_type(self) -> torch.dtype:
+        return self.torch_dtype
+
+    # ---- serialization -------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        for key in ("positional_features", "residual_labels", "vocab"):
+            if data[key] is not None:
+                data[key] = list(data[key])
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExactConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ExactLensError(f"unknown config fields {unknown}; known fields are {sorted(known)}")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> ExactConfig:
+        return dataclasses.replace(self, **changes)
