@@ -1,0 +1,84 @@
+"""Helpers to write constructions the way papers state them.
+
+Papers write a layer as matrices acting on column vectors: q = W^Q a,
+v = W^V a with W^V in R^{d x d} (no separate output matrix). In the
+HookedTransformer format, q = a @ W_Q[h] + b_Q[h] and the head writes
+z @ W_O[h]. A paper head with full value matrix W^V maps to d_head = d_model,
+W_V[h] = (W^V)^T and W_O[h] = I; a query/key row vector becomes column 0 of
+W_Q[h]/W_K[h]. Scores are divided by sqrt(d_head) = sqrt(d), as in the papers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from exactlens.errors import ExactLensError
+from exactlens.model import ExactConfig, ExactTransformer
+
+
+class LabelledModel:
+    """An ExactTransformer whose residual dimensions are addressed by label."""
+
+    def __init__(self, cfg: ExactConfig):
+        if cfg.residual_labels is None:
+            raise ExactLensError("a construction must name every residual dimension (residual_labels)")
+        self.model = ExactTransformer(cfg)
+        self.index = {label: i for i, label in enumerate(cfg.residual_labels)}
+        if len(self.index) != cfg.d_model:
+            raise ExactLensError(f"residual labels repeat: {cfg.residual_labels}")
+
+    def dim(self, label: str) -> int:
+        if label not in self.index:
+            raise ExactLensError(f"no residual dimension named {label!r}; have {list(self.index)}")
+        return self.index[label]
+
+    def vector(self, entries: Mapping[str, float]) -> torch.Tensor:
+        out = torch.zeros(self.model.cfg.d_model, dtype=self.model.cfg.torch_dtype)
+        for label, value in entries.items():
+            out[self.dim(label)] = value
+        return out
+
+    @torch.no_grad()
+    def embed(self, token_id: int, entries: Mapping[str, float]) -> None:
+        self.model.embed.W_E[token_id] = self.vector(entries)
+
+    @torch.no_grad()
+    def position(self, feature: str, entries: Mapping[str, float]) -> None:
+        row = self.model.cfg.positional_features.index(feature)
+        self.model.pos_embed.W_feat[row] = self.vector(entries)
+
+    @torch.no_grad()
+    def query_key(self, layer: int, head: int, query: Mapping[str, float], key: Mapping[str, float]) -> None:
+        """Paper's row vectors W^Q, W^K (scalar q and k): score = (W^Q a_i)(W^K a_j) / sqrt(d_head)."""
+        attn = self.model.blocks[layer].attn
+        attn.W_Q[head, :, 0] = self.vector(query)
+        attn.W_K[head, :, 0] = self.vector(key)
+
+    @torch.no_grad()
+    def value(self, layer: int, head: int, writes: Mapping[tuple[str, str], float]) -> None:
+        """Paper's W^V: writes[(out_label, in_label)] = W^V[out, in]; W_O = I (d_head = d_model)."""
+        cfg = self.model.cfg
+        if cfg.d_head != cfg.d_model:
+            raise ExactLensError("value() writes a full d x d value matrix and needs d_head == d_model")
+        attn = self.model.blocks[layer].attn
+        for (out_label, in_label), weight in writes.items():
+            attn.W_V[head, self.dim(in_label), self.dim(out_label)] = weight
+        attn.W_O[head] = torch.eye(cfg.d_model, dtype=cfg.torch_dtype)
+
+    @torch.no_grad()
+    def ffn(self, layer: int, hidden: list[Mapping[str, float]], outputs: Mapping[str, list[float]]) -> None:
+        """W^{F,1} rows (one mapping per hidden unit) and W^{F,2} (out_label -> weight per unit); no biases."""
+        mlp = self.model.blocks[layer].mlp
+        if mlp is None or len(hidden) > mlp.W_in.shape[1]:
+            raise ExactLensError(f"layer {layer} has no room for {len(hidden)} hidden units")
+        for unit, row in enumerate(hidden):
+            mlp.W_in[:, unit] = self.vector(row)
+        for out_label, weights in outputs.items():
+            mlp.W_out[: len(weights), self.dim(out_label)] = torch.tensor(weights, dtype=mlp.W_out.dtype)
+
+    @torch.no_grad()
+    def readout(self, entries: Mapping[str, float], bias: float = 0.0) -> None:
+        self.model.unembed.W_U[:, 0] = self.vector(entries)
+        self.model.unembed.b_U[0] = bias

@@ -1,0 +1,148 @@
+"""Weight-level transforms that add post-layer-norm to a construction.
+
+``double_for_post_ln`` is Chiang & Cholak §4.1 (also the Cookbook's "circumvent
+LN with [x, -x]"): every activation x becomes [x; -x], whose mean is 0, so LN
+only rescales. ``append_confidence_layer`` is the extra layer of Prop. 2: with
+eps = 0 it maps the logit s to ±sqrt(d/2) whatever |s| is, so the readout can
+be scaled to any cross-entropy eta.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from exactlens.errors import ExactLensError
+from exactlens.model import ExactTransformer
+
+
+def _negated_labels(labels: tuple[str, ...]) -> tuple[str, ...]:
+    return labels + tuple(f"-({label})" for label in labels)
+
+
+@torch.no_grad()
+def double_for_post_ln(model: ExactTransformer, eps: float) -> ExactTransformer:
+    """The §4.1 model: residual [x; -x] (d -> 2d), post-LN with gamma=1, beta=0.
+
+    Each head's value map W^V (composed with W_O) becomes the paper's
+    [[W^V, 0], [-W^V, 0]] as one explicit 2d x 2d value matrix (d_head = 2d,
+    W_O = I), so that single entries such as W̄^{V,1,1}_{6,2} (Fig. 3) are
+    parameters. Queries and keys read the first half only; scores are divided
+    by sqrt(2d), the new model's sqrt(d).
+    """
+    cfg = model.cfg
+    if cfg.normalization != "none":
+        raise ExactLensError(f"double_for_post_ln takes a model without layer norm, got {cfg.normalization!r}")
+    if cfg.attn_scale is not None:
+        raise ExactLensError("double_for_post_ln expects the default 1/sqrt(d_head) scale")
+    d = cfg.d_model
+    new = ExactTransformer(
+        cfg.replace(
+            d_model=2 * d,
+            d_head=2 * d,
+            normalization="post",
+            ln_eps=eps,
+            ln_affine=False,
+            residual_labels=_negated_labels(cfg.residual_labels or tuple(f"dim{i}" for i in range(d))),
+            metadata=dict(cfg.metadata, ln_eps=eps),
+        )
+    )
+
+    def both(t: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., 2d] as [t, -t]
+        return torch.cat([t, -t], dim=-1)
+
+    def first_half(t: torch.Tensor) -> torch.Tensor:  # rows read [x; -x]'s first half
+        return torch.cat([t, torch.zeros_like(t)], dim=-2)
+
+    new.embed.W_E.copy_(both(model.embed.W_E))
+    if cfg.learned_positions:
+        new.pos_embed.W_pos.copy_(both(model.pos_embed.W_pos))
+    else:
+        new.pos_embed.W_feat.copy_(both(model.pos_embed.W_feat))
+    dh = cfg.d_head
+    for old_block, block in zip(model.blocks, new.blocks, strict=True):
+        old, att = old_block.attn, block.attn
+        att.W_Q.zero_()
+        att.W_K.zero_()
+        att.W_Q[:, :d, :dh] = old.W_Q
+        att.W_K[:, :d, :dh] = old.W_K
+        att.b_Q[:, :dh] = old.b_Q
+        att.b_K[:, :dh] = old.b_K
+        value = torch.einsum("hmd,hdo->hmo", old.W_V, old.W_O)  # (W^V)^T per head, [h, d, d]
+        value_bias = torch.einsum("hd,hdo->ho", old.b_V, old.W_O)
+        att.W_V.zero_()
+        att.W_V[:, :d, :] = both(value)
+        att.b_V.copy_(both(value_bias))
+        att.W_O.copy_(torch.eye(2 * d, dtype=att.W_O.dtype).expand_as(att.W_O))
+        att.b_O.copy_(both(old.b_O))
+        if old_block.mlp is not None:
+            mlp, old_mlp = block.mlp, old_block.mlp
+            mlp.W_in.copy_(first_half(old_mlp.W_in))
+            mlp.b_in.copy_(old_mlp.b_in)
+            mlp.W_out.copy_(both(old_mlp.W_out))
+            mlp.b_out.copy_(both(old_mlp.b_out))
+    new.unembed.W_U.copy_(first_half(model.unembed.W_U))
+    new.unembed.b_U.copy_(model.unembed.b_U)
+    return new
+
+
+def confidence_scale(eta_bits: float, d: int) -> float:
+    """Prop. 2's output weight c = -log(exp(eta) - 1) / sqrt(d/2), with eta in nats
+    (we take eta in bits, the unit of reported cross-entropy)."""
+    if not eta_bits > 0:
+        raise ExactLensError(f"eta must be > 0 (bits of cross-entropy per string), got {eta_bits!r}")
+    eta = eta_bits * math.log(2)
+    return -math.log(math.expm1(eta)) / math.sqrt(d / 2)
+
+
+@torch.no_grad()
+def append_confidence_layer(model: ExactTransformer, eta_bits: float) -> ExactTransformer:
+    """Chiang & Cholak Prop. 2: a new last layer whose attention does nothing and
+    whose FFN cancels the residual and writes [s, -s, 0, ...], s = the old logit;
+    post-LN with eps = 0 turns it into [±sqrt(d/2), ∓sqrt(d/2), 0...]; the new
+    readout is c times dimension 1. Cross-entropy is then exactly eta for every string.
+    """
+    cfg = model.cfg
+    if cfg.normalization != "post" or cfg.ln_eps != 0:
+        raise ExactLensError("Prop. 2 needs post layer norm with eps = 0 (the layer relies on exact unit variance)")
+    if cfg.readout != "sigmoid":
+        raise ExactLensError("Prop. 2 applies to a sigmoid readout")
+    d = cfg.d_model
+    c = confidence_scale(eta_bits, d)
+    labels = list(cfg.residual_labels or tuple(f"dim{i}" for i in range(d)))
+    labels[0] = f"{labels[0]} | s̄ (layer {cfg.n_layers + 1})"
+    labels[1] = f"{labels[1]} | -s̄ (layer {cfg.n_layers + 1})"
+    new = ExactTransformer(
+        cfg.replace(
+            n_layers=cfg.n_layers + 1,
+            d_mlp=max(cfg.d_mlp, 2 * d),
+            residual_labels=tuple(labels),
+            metadata=dict(cfg.metadata, eta_bits=eta_bits, confidence_scale=c),
+        )
+    )
+    old_state = model.state_dict()
+    new_state = new.state_dict()
+    for key, value in old_state.items():
+        target = new_state[key]
+        target.zero_()
+        target[tuple(slice(0, s) for s in value.shape)] = value
+    new.load_state_dict(new_state)
+    last = new.blocks[cfg.n_layers]
+    w_out, b_out = model.unembed.W_U[:, 0], model.unembed.b_U[0]
+    eye = torch.eye(d, dtype=w_out.dtype)
+    last.mlp.W_in[:, :d] = eye  # hidden = [relu(x), relu(-x)]
+    last.mlp.W_in[:, d : 2 * d] = -eye
+    # W^{F,2} = [-I, I] + [[W, -W], [-W, W], 0]: cancels the residual, writes [s, -s, 0].
+    last.mlp.W_out[:d, :] = -eye
+    last.mlp.W_out[d : 2 * d, :] = eye
+    last.mlp.W_out[:d, 0] += w_out
+    last.mlp.W_out[d : 2 * d, 0] -= w_out
+    last.mlp.W_out[:d, 1] -= w_out
+    last.mlp.W_out[d : 2 * d, 1] += w_out
+    last.mlp.b_out[0] = b_out
+    last.mlp.b_out[1] = -b_out
+    new.unembed.W_U.zero_()
+    new.unembed.W_U[0, 0] = c
+    new.unembed.b_U.zero_()
+    return new
