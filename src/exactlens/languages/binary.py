@@ -28,15 +28,17 @@ class Parity(Language):
         return symbol_ids.sum(dim=1) % 2 == 1
 
     def hard_words(self, length: int) -> torch.Tensor:
-        """Words with k = 0, 1, 2, ..., length ones (every count once): the
-        construction's value at position k decides, so every k is exercised,
-        with the ones both packed left and packed right."""
+        """Words 1^k 0^(L-k) for k = 0..3, L-3..L and 25 counts spread in between.
+
+        The construction's decision hinges on the value computed at position k
+        (and rounding grows with the number of positions before k), so what
+        matters is the count k, not where the ones are.
+        """
         check_length(length, self.name, min_length=0)
-        k = torch.arange(length + 1).unsqueeze(1)
-        i = torch.arange(length).unsqueeze(0)
-        left = (i < k).long()
-        right = (i >= length - k).long()
-        return torch.cat([left, right])
+        counts = set(range(min(4, length + 1))) | set(range(max(0, length - 3), length + 1))
+        counts |= {round(length * j / 26) for j in range(1, 26)}
+        k = torch.tensor(sorted(counts)).unsqueeze(1)
+        return (torch.arange(length).unsqueeze(0) < k).long()
 
 
 class First(Language):

@@ -72,8 +72,11 @@ class LayerNorm(nn.Module):
         return self.hook_normalized(x / scale) * self.w + self.b
 
 
-def visible_keys(mask: str, n_pos: int, n_positions: torch.Tensor) -> torch.Tensor:
-    """Bool [batch, 1, query, key]: may query i read key j (mask and padding)."""
+def visible_keys(mask: str, n_pos: int, n_positions: torch.Tensor) -> torch.Tensor | None:
+    """Bool [batch, 1, query, key]: may query i read key j (mask and padding).
+    None when nothing is masked (no mask, no padding): attention then skips masking."""
+    if mask == "none" and bool((n_positions == n_pos).all()):
+        return None
     i = torch.arange(n_pos).unsqueeze(1)
     j = torch.arange(n_pos).unsqueeze(0)
     structural = {
@@ -119,31 +122,41 @@ class Attention(nn.Module):
         for name in ("q", "k", "v", "attn_scores", "pattern", "z", "result"):
             setattr(self, f"hook_{name}", HookPoint())
 
-    def forward(self, x: torch.Tensor, allowed: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, n_positions: torch.Tensor) -> torch.Tensor:
+        """allowed: bool [batch, 1, query, key], or None when every query sees every key."""
         cfg = self.cfg
         q = self.hook_q(torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q)
         k = self.hook_k(torch.einsum("bpm,hmd->bphd", x, self.W_K) + self.b_K)
         v = self.hook_v(torch.einsum("bpm,hmd->bphd", x, self.W_V) + self.b_V)
-        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / cfg.scale_divisor
+        # Scores (q . k) / divisor [* log n]; the per-row factor is applied to q so
+        # that the [query, key] matrix is swept once (one product, one softmax).
+        factor = torch.full((x.shape[0],), 1.0 / cfg.scale_divisor, dtype=x.dtype)
         if cfg.attn_length_scale == "log_n":  # Chiang & Cholak eq. 2
-            scores = scores * torch.log(n_positions.to(scores.dtype))[:, None, None, None]
-        elif cfg.attn_length_scale == "log_visible":
-            scores = scores * torch.log(allowed.sum(-1, keepdim=True).clamp(min=1).to(scores.dtype))
-        scores = self.hook_attn_scores(scores.masked_fill(~allowed, -math.inf))
+            factor = factor * torch.log(n_positions.to(x.dtype))
+        q_rows = q.permute(0, 2, 1, 3) * factor[:, None, None, None]  # [b, h, q, d]
+        scores = q_rows @ k.permute(0, 2, 3, 1)  # [b, h, q, k]
+        if cfg.attn_length_scale == "log_visible":
+            seen = allowed.sum(-1, keepdim=True) if allowed is not None else torch.tensor(float(x.shape[1]))
+            scores = scores * torch.log(seen.clamp(min=1).to(scores.dtype))
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, -math.inf)
+        scores = self.hook_attn_scores(scores)
         weighting = cfg.attention_weighting
         if weighting == "softmax":
             pattern = torch.softmax(scores, dim=-1)
-            pattern = torch.where(allowed, pattern, torch.zeros((), dtype=pattern.dtype))  # empty rows -> 0
+            if allowed is not None:  # a query that sees no key gets weight 0 everywhere
+                pattern = torch.where(allowed, pattern, torch.zeros((), dtype=pattern.dtype))
         elif weighting == "none":
-            pattern = torch.where(allowed, scores, torch.zeros((), dtype=scores.dtype))
+            pattern = scores if allowed is None else torch.where(allowed, scores, torch.zeros((), dtype=scores.dtype))
         else:
-            pattern = hard_weights(scores, allowed, weighting, cfg.hard_tie_tolerance)
+            full = allowed if allowed is not None else torch.ones((1, 1, 1, 1), dtype=torch.bool)
+            pattern = hard_weights(scores, full, weighting, cfg.hard_tie_tolerance)
         pattern = self.hook_pattern(pattern)
-        z = self.hook_z(torch.einsum("bhqk,bkhd->bqhd", pattern, v))
+        z = self.hook_z((pattern @ v.permute(0, 2, 1, 3)).permute(0, 2, 1, 3))  # [b, q, h, d]
         if cfg.use_attn_result:
             result = self.hook_result(torch.einsum("bqhd,hdm->bqhm", z, self.W_O))
             return result.sum(-2) + self.b_O
-        return torch.einsum("bqhd,hdm->bqm", z, self.W_O) + self.b_O
+        return z.flatten(2) @ self.W_O.flatten(0, 1) + self.b_O
 
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "identity": lambda x: x}
@@ -183,7 +196,7 @@ class Block(nn.Module):
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
 
-    def forward(self, x: torch.Tensor, allowed: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, n_positions: torch.Tensor) -> torch.Tensor:
         x = self.hook_resid_pre(x)
         attn_in = self.ln1(x) if self.norm == "pre" else x
         mid = x + self.hook_attn_out(self.attn(attn_in, allowed, n_positions))

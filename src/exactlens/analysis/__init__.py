@@ -1,0 +1,1 @@
+"""Analysis: verification and precision, diffs, convex hulls, pair logic."""
