@@ -1,0 +1,53 @@
+# exactlens: `make test` and `make report` each set themselves up on a fresh machine.
+# The pinned CPU torch is installed first: an unpinned torch pulls GBs of CUDA packages.
+
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+VENV := .venv
+VENV_TL39 := .venv-tl39
+PIP_FLAGS ?= --quiet --disable-pip-version-check
+PYTEST_FLAGS ?= -q -p no:cacheprovider
+
+.PHONY: setup setup-tl39 test test-main test-tl39 test-slow report bench lint clean
+
+setup: $(VENV)/.installed
+setup-tl39: $(VENV_TL39)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
+	$(VENV)/bin/pip install $(PIP_FLAGS) $(TORCH)
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e ".[dev]"
+	touch $@
+
+# A second environment with TransformerLens 3.9.0 (HookedTransformer) for the export tests.
+$(VENV_TL39)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_TL39)
+	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) --upgrade pip
+	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) $(TORCH)
+	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) "transformer-lens==3.9.0" pytest hypothesis scipy einops
+	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) --no-deps -e .
+	touch $@
+
+test: test-main test-tl39
+
+test-main: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS) -n 2 -m "not slow"
+
+test-tl39: setup-tl39
+	$(VENV_TL39)/bin/python -m pytest $(PYTEST_FLAGS) -m export tests/model/test_export.py
+
+test-slow: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS) -m slow
+
+report: setup
+	$(VENV)/bin/exactlens report --out report
+
+bench: setup
+	for script in benchmarks/bench_*.py; do echo "== $$script"; $(VENV)/bin/python $$script || exit 1; done
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) $(VENV_TL39) report
