@@ -54,8 +54,16 @@ class Language:
         return self.vocab.index(name)
 
     def symbols_of(self, word: str | Sequence[str]) -> list[str]:
-        symbols = list(word)
-        bad = sorted({s for s in symbols if s not in self.alphabet})
+        try:
+            symbols = list(word)
+        except TypeError:
+            raise ExactLensError(
+                f"{self.name}: a word is a string or a sequence of symbols, got {type(word).__name__}"
+            ) from None
+        bad: list = []  # in order of appearance: symbols may be unhashable or not mutually comparable
+        for s in symbols:
+            if s not in self.alphabet and s not in bad:
+                bad.append(s)
         if bad:
             raise ExactLensError(
                 f"{self.name}: symbols {bad} are not in the alphabet {list(self.alphabet)} "

@@ -236,10 +236,20 @@ class ExactConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExactConfig:
+        if not isinstance(data, dict):
+            raise ExactLensError(f"a config must be a JSON object (dict) of fields, got {type(data).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ExactLensError(f"unknown config fields {unknown}; known fields are {sorted(known)}")
+        required = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ExactLensError(f"config is missing the required fields {missing}")
         return cls(**data)
 
     def replace(self, **changes: Any) -> ExactConfig:

@@ -61,6 +61,8 @@ class ExactTransformer(HookedRootModule):
             return torch.full((tokens.shape[0],), n_pos, dtype=torch.long)
         if not isinstance(n_positions, torch.Tensor) or n_positions.shape != (tokens.shape[0],):
             raise ExactLensError(f"n_positions must be a tensor of shape [batch]=({tokens.shape[0]},)")
+        if n_positions.dtype not in (torch.int64, torch.int32):
+            raise ExactLensError(f"n_positions must be an integer tensor, got dtype {n_positions.dtype}")
         if int(n_positions.min()) < 1 or int(n_positions.max()) > n_pos:
             raise ExactLensError(f"n_positions must lie in [1, {n_pos}] (positions per sequence, padding excluded)")
         return n_positions.long()
@@ -162,7 +164,7 @@ class ExactTransformer(HookedRootModule):
                     p.zero_()
                 else:
                     fan_in = p.shape[-2] if p.ndim >= 2 else p.shape[-1]
-                    bound = std if std is not None else fan_in**-0.5
+                    bound = std if std is not None else max(fan_in, 1) ** -0.5  # W_feat may have 0 rows
                     noise = torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1
                     p.copy_(noise * bound)
         return self
@@ -194,7 +196,12 @@ class ExactTransformer(HookedRootModule):
         except json.JSONDecodeError as err:
             raise ExactLensError(f"{directory / CONFIG_FILE} is not valid JSON: {err}") from err
         model = cls(cfg)
-        state = torch.load(directory / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(directory / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises UnpicklingError, EOFError, RuntimeError ... for a bad file
+            raise ExactLensError(f"{directory / WEIGHTS_FILE} is not a readable torch state dict: {err}") from err
+        if not isinstance(state, dict):
+            raise ExactLensError(f"{directory / WEIGHTS_FILE} holds a {type(state).__name__}, not a state dict")
         expected = model.state_dict()
         problems = [f"missing weight {k} {tuple(v.shape)}" for k, v in expected.items() if k not in state]
         problems += [f"unexpected weight {k}" for k in state if k not in expected]
