@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from exactlens.cli_hull import add_hull_parser
 from exactlens.errors import ExactLensError
 
 
@@ -42,11 +43,14 @@ def cmd_list(args: argparse.Namespace) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> None:
     from exactlens.analysis.verify import parse_lengths, verify
+    from exactlens.constructions import get
 
     lengths = parse_lengths(args.lengths)
+    params = _params(args.param)
+    model = get(args.name).make(dtype=args.dtype, **params)  # bad names/parameters fail before any progress
     print(f"verifying {args.name} ({args.dtype}) on {len(lengths)} lengths", file=sys.stderr)
     result = verify(args.name, lengths, strings=args.strings, dtype=args.dtype, seed=args.seed,
-                    params=_params(args.param))
+                    params=params, model=model)
     lines = [f"{args.name} {args.dtype}: length strings accuracy cross_entropy_bits min_abs_logit"]
     lines += [f"  {r['length']:6d} {r['strings']:7d} {r['accuracy']:.6f} {r['cross_entropy_bits']:.6f} "
               f"{r['min_abs_logit']:.3e}" for r in result["results"]]
@@ -57,10 +61,13 @@ def cmd_verify(args: argparse.Namespace) -> None:
 
 def cmd_precision(args: argparse.Namespace) -> None:
     from exactlens.analysis.verify import precision
+    from exactlens.constructions import get
 
+    params = _params(args.param)
+    get(args.name).make(dtype=args.dtype, **params)  # bad names/parameters fail before any progress
     print(f"scanning {args.name} ({args.dtype}) up to length {args.max_length}", file=sys.stderr)
     result = precision(args.name, dtype=args.dtype, max_length=args.max_length, strings=args.strings,
-                       seed=args.seed, params=_params(args.param))
+                       seed=args.seed, params=params)
     text = (f"{args.name} {args.dtype}: exact up to {result['max_exact_length']}, first failure at "
             f"{result['first_failure_length']} ({len(result['checked'])} lengths checked)")
     _emit(result, args.json, text)
@@ -106,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--quick", action="store_true", help="small settings (for tests)")
     p.set_defaults(func=cmd_report)
+
+    add_hull_parser(sub)
     return parser
 
 
