@@ -16,9 +16,11 @@ register(Construction("parity-ln", "parity", cc.parity_ln, f"{CC} §4.1",
 register(Construction("first-ln", "first", cc.first_ln, f"{CC} §4.1",
                       "FIRST with [x,-x] residual and post-LN (gamma=1, beta=0), eps a parameter"))
 register(Construction("parity-ln-eta", "parity", cc.parity_ln_eta, f"{CC} §4.2 Prop. 2",
-                      "parity-ln (eps=0) plus the Prop. 2 layer: cross-entropy eta bits for every n"))
+                      "parity-ln (eps=0) plus the Prop. 2 layer: cross-entropy eta bits for every n",
+                      min_length=1))  # empty word: s = 0 and LN(0) = 0/0 with eps = 0
 register(Construction("first-ln-eta", "first", cc.first_ln_eta, f"{CC} §4.2 Prop. 2",
-                      "first-ln (eps=0) plus the Prop. 2 layer: cross-entropy eta bits for every n"))
+                      "first-ln (eps=0) plus the Prop. 2 layer: cross-entropy eta bits for every n",
+                      min_length=1))  # empty word: s = 0 and LN(0) = 0/0 with eps = 0
 register(Construction("first-log", "first", cc.first_log, f"{CC} §5.3 eq. 2, Prop. 3",
                       "FIRST with attention logits scaled by log n; |s| > 1/4 for c=1"))
 register(Construction("first-log-ln", "first", cc.first_log_ln, f"{CC} §5.3 Prop. 3",

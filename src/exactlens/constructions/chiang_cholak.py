@@ -21,7 +21,7 @@ FLAWED_FIRST_LABELS = ("I[w_i=0]", "I[w_i=1]", "I[w_i=CLS]", "I[i=1]", "s")
 
 
 def _check_c(c: float) -> float:
-    if not (isinstance(c, (int, float)) and c > 0 and math.isfinite(c)):
+    if not (isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 and math.isfinite(c)):
         raise ExactLensError(f"the attention constant c must be a finite number > 0, got {c!r}")
     return float(c)
 
@@ -120,7 +120,7 @@ def first_flawed(c: float = 1.0, dtype: str = "float32") -> ExactTransformer:
 
 def with_layer_norm(model: ExactTransformer, eps: float, name: str) -> ExactTransformer:
     """§4.1: [x; -x] residual with post-LN (gamma = 1, beta = 0)."""
-    if not (eps >= 0 and math.isfinite(eps)):
+    if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps >= 0 and math.isfinite(eps)):
         raise ExactLensError(f"layer-norm eps must be a finite number >= 0, got {eps!r}")
     out = double_for_post_ln(model, eps)
     out.cfg.model_name = name

@@ -90,8 +90,12 @@ def double_for_post_ln(model: ExactTransformer, eps: float) -> ExactTransformer:
 def confidence_scale(eta_bits: float, d: int) -> float:
     """Prop. 2's output weight c = -log(exp(eta) - 1) / sqrt(d/2), with eta in nats
     (we take eta in bits, the unit of reported cross-entropy)."""
-    if not eta_bits > 0:
-        raise ExactLensError(f"eta must be > 0 (bits of cross-entropy per string), got {eta_bits!r}")
+    # eta >= 1 bit would make c <= 0: the logit would be 0 or of the wrong sign (no longer recognizing).
+    if not (isinstance(eta_bits, (int, float)) and not isinstance(eta_bits, bool) and 0 < eta_bits < 1):
+        raise ExactLensError(
+            f"eta must be a number in (0, 1) (bits of cross-entropy per string; at >= 1 bit every decision "
+            f"would be wrong or undecided), got {eta_bits!r}"
+        )
     eta = eta_bits * math.log(2)
     return -math.log(math.expm1(eta)) / math.sqrt(d / 2)
 

@@ -31,6 +31,7 @@ class Construction:
     paper: str
     summary: str
     max_length: int | None = None  # longest |w| the construction claims (None: any)
+    min_length: int = 0  # shortest |w| it is defined for
     decide: Callable[[torch.Tensor], torch.Tensor] = accept_positive_logit
     tags: tuple[str, ...] = field(default_factory=tuple)
 
@@ -51,6 +52,10 @@ class Construction:
         return get_language(self.language)
 
     def check_length(self, length: int) -> None:
+        if length < self.min_length:
+            raise ExactLensError(
+                f"{self.name} is defined for |w| >= {self.min_length}; length {length} is below its limit"
+            )
         if self.max_length is not None and length > self.max_length:
             raise ExactLensError(
                 f"{self.name} is stated for |w| <= {self.max_length}; length {length} is beyond its limit"
@@ -63,6 +68,7 @@ class Construction:
             "paper": self.paper,
             "summary": self.summary,
             "parameters": self.defaults(),
+            "min_length": self.min_length,
             "max_length": self.max_length,
         }
 
