@@ -1,0 +1,1 @@
+"""Visualizations: circuitsvis attention views, figures and the offline HTML report."""

@@ -1,0 +1,160 @@
+"""The offline HTML report (quick settings) and the Chiang & Cholak figure data."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from exactlens.analysis import chiang_figures as cf
+from exactlens.constructions import names
+from exactlens.viz.report import SECTION_BUILDERS, Section, build_report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# A URL the browser would fetch: in src/href/action attributes, ES module imports, CSS url()/@import.
+NETWORK = re.compile(
+    r"""(?:\b(?:src|href|action|poster|data)\s*=\s*["']?\s*(?:https?:)?//)"""
+    r"""|(?:\b(?:import|from)\s*\(?\s*["'](?:https?:)?//)"""
+    r"""|(?:url\(\s*["']?\s*(?:https?:)?//)|(?:@import\s+["']?(?:https?:)?//)""",
+    re.IGNORECASE,
+)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    index = build_report(None, out, quick=True)
+    assert index == out / "index.html"
+    return out
+
+
+def _strict_json(path: Path):
+    def no_constant(name: str):
+        raise ValueError(f"{path}: non-standard JSON constant {name}")
+
+    return json.loads(path.read_text(encoding="utf-8"), parse_constant=no_constant)
+
+
+def test_index_has_every_construction_and_the_figures(report: Path) -> None:
+    page = (report / "index.html").read_text(encoding="utf-8")
+    for name in names():
+        assert f'id="construction-{name}"' in page
+        assert f'href="attention/{name}.html"' in page
+        assert f'src="attention/{name}.png"' in page
+    assert 'id="chiang-cholak-figures"' in page
+    assert 'src="figures/fig2.png"' in page and 'src="figures/fig3.png"' in page
+    meta = _strict_json(report / "data" / "report.json")
+    assert meta["errors"] == []
+    assert meta["constructions"] == names()
+
+
+def test_nothing_is_fetched_from_the_network(report: Path) -> None:
+    files = [p for p in report.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        if path.suffix in (".html", ".json", ".css", ".js", ".svg"):
+            text = path.read_text(encoding="utf-8")
+            match = NETWORK.search(text)
+            assert match is None, f"{path}: network reference {text[match.start():match.end() + 40]!r}"
+            assert "unpkg.com" not in text and "cdn.jsdelivr" not in text
+
+
+def test_attention_pages_inline_circuitsvis(report: Path) -> None:
+    pages = sorted((report / "attention").glob("*.html"))
+    assert sorted(p.stem for p in pages) == sorted(names())
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert len(text) > 100_000  # the inlined bundle is about 1.3 MB
+        assert "var CircuitsVis=" in text and "CircuitsVis.AttentionPatterns" in text
+        assert not re.search(r"<script[^>]*\bsrc=", text)
+        assert text.count("</script>") == 1  # the bundle once, then one render call per layer
+        assert text.count("CircuitsVis.render(") == text.count("<h2>Layer ")
+
+
+def test_pngs_are_png_files(report: Path) -> None:
+    pngs = list(report.rglob("*.png"))
+    assert len(pngs) >= 2 * len(names()) + 2  # attention previews, precision plots, Fig. 2 and 3
+    for path in pngs:
+        data = path.read_bytes()
+        assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and len(data) > 1000, path
+
+
+def test_every_data_file_is_strict_json(report: Path) -> None:
+    files = list((report / "data").glob("*.json"))
+    assert {"fig2.json", "fig3.json", "report.json"} <= {p.name for p in files}
+    for path in files:
+        _strict_json(path)
+
+
+def test_fig3_exact_only_near_the_construction(report: Path) -> None:
+    data = _strict_json(report / "data" / "fig3.json")
+    values = data["values"]
+    assert data["correct_value"] == 1.0 and 1.0 in values
+    at_one = values.index(1.0)
+    for key, curve in data["curves"].items():
+        assert curve["accuracy"][at_one] == 1.0, key
+        assert min(curve["accuracy"]) < 0.9, key  # far from 1 the construction breaks
+        assert curve["accuracy"][values.index(0.9)] < 1 and curve["accuracy"][values.index(1.1)] < 1
+    # With the Prop. 2 layer the cross-entropy is eta exactly at 1 and much larger where strings fail.
+    eta_curve = data["curves"]["parity-ln-eta"]
+    assert eta_curve["cross_entropy_bits"][at_one] == pytest.approx(eta_curve["params"]["eta"], rel=1e-3)
+    assert max(eta_curve["cross_entropy_bits"]) > 1.0
+    # Without it, the cross-entropy stays close to 1 bit (the logit is O(1/n^2)) and is lowest at 1.
+    plain = data["curves"]["parity-ln"]["cross_entropy_bits"]
+    assert all(0.5 < b < 1.0 for b in plain)
+    assert plain[at_one] == min(plain)
+
+
+def test_fig2_trends_as_measured(report: Path) -> None:
+    """What we measure (and what the paper says, where they agree):
+
+    - no layer norm: cross-entropy rises with n toward 1 bit (Fig. 2, red);
+    - §4.1 layer norm alone: better than no layer norm but still rising toward 1 bit,
+      and eps = 0 is the same curve as eps = 1e-5 -- NOT independent of n;
+    - §4.1 + Prop. 2 layer, eps = 0: eta bits at every n (the paper's flat eps = 0 curve);
+    - §4.1 + Prop. 2 layer, eps = 1e-5: eta for short strings, rising with n (PARITY).
+    """
+    data = _strict_json(report / "data" / "fig2.json")
+    lengths = data["lengths"]
+    assert lengths[0] == 1 and lengths[-1] == 50
+    for language, curves in data["curves"].items():
+        none_ = curves["no layer norm"]["cross_entropy_bits"]
+        ln0 = curves["layer norm eps=0"]["cross_entropy_bits"]
+        ln5 = curves["layer norm eps=1e-5"]["cross_entropy_bits"]
+        p2_0 = curves["layer norm + Prop. 2, eps=0"]["cross_entropy_bits"]
+        p2_5 = curves["layer norm + Prop. 2, eps=1e-5"]["cross_entropy_bits"]
+        for setting, curve in curves.items():
+            assert min(curve["accuracy"]) == 1.0, (language, setting)
+        assert all(b - a > -0.02 for a, b in zip(none_, none_[1:], strict=False)), language
+        assert none_[-1] > 0.95 and none_[-1] - none_[0] > 0.2, language
+        assert max(abs(a - b) for a, b in zip(ln0, ln5, strict=True)) < 1e-3, language
+        assert all(a < b for a, b in zip(ln0, none_, strict=True)), language
+        assert ln0[-1] - ln0[0] > 0.25 and ln0[-1] > 0.85, language
+        assert max(p2_0) - min(p2_0) < 1e-4 and p2_0[0] == pytest.approx(data["eta"], rel=1e-3), language
+        assert all(a <= b + 1e-6 for a, b in zip(p2_0, p2_5, strict=True)), language
+    parity_p2_5 = data["curves"]["PARITY"]["layer norm + Prop. 2, eps=1e-5"]["cross_entropy_bits"]
+    assert parity_p2_5[0] == pytest.approx(data["eta"], rel=1e-2) and parity_p2_5[-1] > 0.3
+
+
+def test_fast_figure_data_equals_verify_on_every_string() -> None:
+    fast = cf.fig2_data(max_length=20, strings=40, points_per_decade=4, fast=True)
+    full = cf.fig2_data(max_length=20, strings=40, points_per_decade=4, fast=False)
+    assert fast["lengths"] == full["lengths"]
+    for language in cf.LANGUAGES:
+        for setting in fast["settings"]:
+            a, b = fast["curves"][language][setting], full["curves"][language][setting]
+            assert a["construction"] == b["construction"]
+            assert a["accuracy"] == b["accuracy"]
+            assert a["cross_entropy_bits"] == pytest.approx(b["cross_entropy_bits"], rel=1e-5)
+
+
+def test_adding_a_section_is_one_builder(tmp_path: Path) -> None:
+    def extra(ctx) -> list[Section]:
+        return [Section("Extra <b>", "extra", "<p>added</p>")]
+
+    index = build_report(["first-flawed"], tmp_path, quick=True, builders=[*SECTION_BUILDERS[:2], extra])
+    page = index.read_text(encoding="utf-8")
+    assert 'id="extra"' in page and "Extra &lt;b&gt;" in page and "<p>added</p>" in page
+    assert 'id="construction-first-flawed"' in page and 'id="construction-parity"' not in page
