@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from exactlens.cli import main
 
@@ -44,14 +43,6 @@ def runs():
         stdout, stderr = proc.communicate(timeout=300)
         out[key] = (proc.returncode, stdout, stderr)
     return out
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def one_json_object(stdout: str) -> dict:

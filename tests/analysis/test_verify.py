@@ -24,14 +24,6 @@ ROW_OPTIONAL = {"exhaustive"}
 PRECISION_KEYS = {"name", "dtype", "max_exact_length", "first_failure_length", "checked"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def ce_bits_reference(logit: float, member: bool) -> float:
     """-log2 P(correct) under sigmoid, computed stably from one float."""
     z = logit if member else -logit  # P(correct) = sigmoid(z)

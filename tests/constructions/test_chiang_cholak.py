@@ -29,15 +29,6 @@ DTYPES = ("float32", "float64")
 GEN_SEED = 1234
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one intra-op thread is faster than two, and does not fight pytest-xdist workers."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ----------------------------------------------------------------------------- helpers
 
 

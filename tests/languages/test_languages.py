@@ -29,15 +29,6 @@ def id_rows(length: int, count: int | None = None):
 equal_length_ids = st.integers(0, 6).flatmap(id_rows)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: intra-op threads only add waits on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_registry():
     assert isinstance(get("parity"), Parity) and isinstance(get("first"), First)
     with pytest.raises(ExactLensError, match="unknown language 'dyck'; known: first, parity"):

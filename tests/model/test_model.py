@@ -25,15 +25,6 @@ from exactlens.model.positional import register_position_feature, sinusoidal_fea
 TOL = {"float32": 1e-5, "float64": 1e-12}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tensors here are tiny: intra-op threads only add waits (100x slower on a busy 2-core machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 F64 = torch.float64
 
 # Independent formulas of the named positional features, for 0 <= i < n.

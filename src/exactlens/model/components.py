@@ -12,10 +12,31 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformer_lens.hook_points import HookPoint
+from torch.nn.modules import module as _torch_module
+from transformer_lens.hook_points import HookPoint as _TLHookPoint
 
 from exactlens.model.config import ExactConfig
 from exactlens.model.positional import evaluate_features
+
+
+class HookPoint(_TLHookPoint):
+    """TransformerLens's HookPoint with a fast path: with no hook attached (and no
+    global module hooks) it returns its input without nn.Module's call machinery.
+    Hooks added by run_with_hooks / run_with_cache / add_hook take the normal path."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if (
+            self._forward_hooks
+            or self._forward_pre_hooks
+            or self._backward_hooks
+            or self._backward_pre_hooks
+            or _torch_module._global_forward_hooks
+            or _torch_module._global_forward_pre_hooks
+            or _torch_module._global_backward_hooks
+            or _torch_module._global_backward_pre_hooks
+        ):
+            return super().__call__(x)
+        return x
 
 
 def _param(*shape: int, dtype: torch.dtype, trainable: bool = True) -> nn.Parameter:
@@ -42,9 +63,14 @@ class PosEmbed(nn.Module):
         else:
             self.W_feat = _param(len(cfg.positional_features), cfg.d_model, dtype=cfg.torch_dtype)
 
-    def forward(self, n_pos: int, n_positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, n_pos: int, n_positions: torch.Tensor, padded: bool = True) -> torch.Tensor:
+        """padded=False promises n_positions == n_pos for every row (features computed once)."""
+        batch = n_positions.shape[0]
         if self.cfg.learned_positions:
-            return self.W_pos[:n_pos].unsqueeze(0).expand(n_positions.shape[0], -1, -1)
+            return self.W_pos[:n_pos].unsqueeze(0).expand(batch, -1, -1)
+        if not padded:
+            feats = evaluate_features(self.cfg.positional_features, n_pos, n_positions[:1], self.W_feat.dtype)
+            return (feats @ self.W_feat).expand(batch, -1, -1)
         feats = evaluate_features(self.cfg.positional_features, n_pos, n_positions, self.W_feat.dtype)
         return feats @ self.W_feat
 
@@ -72,10 +98,10 @@ class LayerNorm(nn.Module):
         return self.hook_normalized(x / scale) * self.w + self.b
 
 
-def visible_keys(mask: str, n_pos: int, n_positions: torch.Tensor) -> torch.Tensor | None:
+def visible_keys(mask: str, n_pos: int, n_positions: torch.Tensor, padded: bool = True) -> torch.Tensor | None:
     """Bool [batch, 1, query, key]: may query i read key j (mask and padding).
     None when nothing is masked (no mask, no padding): attention then skips masking."""
-    if mask == "none" and bool((n_positions == n_pos).all()):
+    if mask == "none" and not padded:
         return None
     i = torch.arange(n_pos).unsqueeze(1)
     j = torch.arange(n_pos).unsqueeze(0)
@@ -130,10 +156,9 @@ class Attention(nn.Module):
         v = self.hook_v(torch.einsum("bpm,hmd->bphd", x, self.W_V) + self.b_V)
         # Scores (q . k) / divisor [* log n]; the per-row factor is applied to q so
         # that the [query, key] matrix is swept once (one product, one softmax).
-        factor = torch.full((x.shape[0],), 1.0 / cfg.scale_divisor, dtype=x.dtype)
+        q_rows = q.permute(0, 2, 1, 3) * (1.0 / cfg.scale_divisor)  # [b, h, q, d]
         if cfg.attn_length_scale == "log_n":  # Chiang & Cholak eq. 2
-            factor = factor * torch.log(n_positions.to(x.dtype))
-        q_rows = q.permute(0, 2, 1, 3) * factor[:, None, None, None]  # [b, h, q, d]
+            q_rows = q_rows * torch.log(n_positions.to(x.dtype))[:, None, None, None]
         scores = q_rows @ k.permute(0, 2, 3, 1)  # [b, h, q, k]
         if cfg.attn_length_scale == "log_visible":
             seen = allowed.sum(-1, keepdim=True) if allowed is not None else torch.tensor(float(x.shape[1]))

@@ -8,10 +8,9 @@ from typing import Any
 
 import torch
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
-from transformer_lens.hook_points import HookPoint
 
 from exactlens.errors import ExactLensError
-from exactlens.model.components import Block, Embed, LayerNorm, PosEmbed, Unembed, visible_keys
+from exactlens.model.components import Block, Embed, HookPoint, LayerNorm, PosEmbed, Unembed, visible_keys
 from exactlens.model.config import ExactConfig
 
 CONFIG_FILE = "config.json"
@@ -54,7 +53,7 @@ class ExactTransformer(HookedRootModule):
         n_pos = tokens.shape[1]
         if self.cfg.learned_positions and n_pos > self.cfg.n_ctx:
             raise ExactLensError(f"{n_pos} positions exceed the learned positional table (n_ctx={self.cfg.n_ctx})")
-        low, high = int(tokens.min()), int(tokens.max())
+        low, high = (int(v) for v in torch.aminmax(tokens))
         if low < 0 or high >= self.cfg.d_vocab:
             raise ExactLensError(f"token ids must lie in [0, {self.cfg.d_vocab}), got range [{low}, {high}]")
         if n_positions is None:
@@ -70,10 +69,12 @@ class ExactTransformer(HookedRootModule):
     def forward(
         self, tokens: torch.Tensor, n_positions: torch.Tensor | None = None, return_type: str | None = "logits"
     ) -> torch.Tensor | None:
+        padded = n_positions is not None
         n_positions = self._check_input(tokens, n_positions)
         n_pos = tokens.shape[1]
-        allowed = visible_keys(self.cfg.attention_mask, n_pos, n_positions)
-        x = self.hook_embed(self.embed(tokens)) + self.hook_pos_embed(self.pos_embed(n_pos, n_positions))
+        padded = padded and bool((n_positions != n_pos).any())
+        allowed = visible_keys(self.cfg.attention_mask, n_pos, n_positions, padded)
+        x = self.hook_embed(self.embed(tokens)) + self.hook_pos_embed(self.pos_embed(n_pos, n_positions, padded))
         for block in self.blocks:
             x = block(x, allowed, n_positions)
         if self.cfg.normalization == "pre":
