@@ -230,7 +230,8 @@ def _fast_curves(language: str, eps: float | None, lengths: Sequence[int], strin
 
 def fig2_data(max_length: int = 1000, strings: int = 1000, points_per_decade: int = 8, seed: int = 0,
               dtype: str = "float32", eta: float = DEFAULT_ETA, fast: bool = True) -> dict[str, Any]:
-    """Fig. 2: cross-entropy (bits/string) of the exact solutions against n = |w|.
+    """Fig. 2: cross-entropy (bits/string) of the exact solutions against |w|
+    (the paper plots the same against its n = |w| + 1).
 
     Lengths lie on a logarithmic grid from 1 to max_length; at each, ``strings``
     random strings (all strings where there are at most 4096). Returns
@@ -421,7 +422,7 @@ def plot_fig2(data: dict[str, Any], path: str | Path) -> Path:
             ax.plot(data["lengths"], curve["cross_entropy_bits"], marker=marker, ls=style, color=colour, label=setting)
         ax.set_xscale("log")
         ax.set_title(language)
-        ax.set_xlabel("string length n = |w|")
+        ax.set_xlabel("string length |w| (n = |w| + 1 positions)")
         ax.set_ylim(-0.02, 1.05)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("cross-entropy (bits per string)")
