@@ -201,3 +201,12 @@ def test_parse_lengths_accepts(spec, expected):
 def test_parse_lengths_rejects(spec):
     with pytest.raises(ExactLensError):
         parse_lengths(spec)
+
+
+def test_precision_narrows_a_wide_gap_to_the_exact_first_failure():
+    # e^6 = 403.43: first-flawed (c = 6) is exact up to |w| = 403 and fails at 404; the log
+    # grid brackets this with a gap that is narrowed by bisection and then scanned.
+    result = precision("first-flawed", max_length=1000, params={"c": 6.0})
+    assert (result["max_exact_length"], result["first_failure_length"]) == (403, 404)
+    checked = {row["length"]: row["errors"] for row in result["checked"]}
+    assert checked[403] == 0 and checked[404] > 0

@@ -18,6 +18,7 @@ from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 
 ATTENTION_MEMORY_BUDGET = 2**28  # bytes of attention scores per chunk (~256 MB)
+GAP_SCAN_LIMIT = 64  # precision(): gaps up to this many lengths are scanned one by one
 
 
 def parse_lengths(spec: str) -> list[int]:
@@ -155,9 +156,10 @@ def precision(
     """Where a construction stops being exact in a dtype.
 
     Checks sampled words plus the language's hardest words at every length up to
-    32 and on a logarithmic grid above; after the first failing grid length, every
-    length between it and the last passing one is checked, so first_failure_length
-    is exact. max_exact_length is the largest length L such that every checked
+    32 and on a logarithmic grid above; after the first failing grid length, the gap
+    to the last passing one is narrowed by bisection down to GAP_SCAN_LIMIT lengths,
+    which are then checked one by one (exact when failures persist once they start,
+    as they do for every construction here). max_exact_length is the largest length L such that every checked
     length <= L is exact (the full range if nothing fails).
     """
     construction = get(name)
@@ -181,11 +183,21 @@ def precision(
             break
         last_pass = length
     if first_failure is not None:
-        for length in range(last_pass + 1, first_failure):
-            checked[length] = _check_length(construction, model, length, strings, seed)
-            if checked[length]["errors"]:
-                first_failure = length
+        # Narrow (last_pass, first_failure): every length when the gap is small, else by
+        # bisection (assumes failures persist once they start; say so in the output).
+        low, high = last_pass, first_failure
+        while high - low > 1:
+            if high - low <= GAP_SCAN_LIMIT:
+                for length in range(low + 1, high):
+                    checked[length] = _check_length(construction, model, length, strings, seed)
+                    if checked[length]["errors"]:
+                        high = length
+                        break
                 break
+            mid = (low + high) // 2
+            checked[mid] = _check_length(construction, model, mid, strings, seed)
+            low, high = (low, mid) if checked[mid]["errors"] else (mid, high)
+        first_failure = high
     rows = [checked[k] for k in sorted(checked)]
     max_exact = (first_failure - 1) if first_failure is not None else max(grid)
     return {

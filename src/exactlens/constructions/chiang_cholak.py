@@ -12,7 +12,7 @@ import math
 from exactlens.constructions.builder import LabelledModel
 from exactlens.constructions.layer_norm import append_confidence_layer, double_for_post_ln
 from exactlens.errors import ExactLensError
-from exactlens.languages import First, Parity
+from exactlens.languages import Parity
 from exactlens.model import ExactConfig, ExactTransformer
 
 PARITY_LABELS = ("I[w_i=0]", "I[w_i=1]", "I[w_i=CLS]", "i/n", "cos(i*pi)", "k/n", "1/n", "I[i=k]/n", "s")
@@ -185,6 +185,3 @@ def first_log_closed_form(n: int, first_is_one: bool, c: float = 1.0) -> float:
     """§5.3 with general c: CLS gives weight n^c/(n^c + n - 1) to position 1 (c = 1: n/(2n-1))."""
     weight = n**c / (n**c + n - 1)
     return weight * (float(first_is_one) - 0.5)
-
-
-LANGUAGE = {"parity": Parity, "first": First}

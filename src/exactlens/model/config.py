@@ -175,10 +175,6 @@ class ExactConfig:
         return None
 
     @property
-    def act_fn_name(self) -> str:
-        return self.act_fn
-
-    @property
     def eps(self) -> float:
         return self.ln_eps
 

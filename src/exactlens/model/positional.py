@@ -9,7 +9,6 @@ so a construction states, e.g., that feature "i/n" goes to residual dimension 4
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 
@@ -109,8 +108,3 @@ def evaluate_features(
     if not columns:
         return torch.zeros(n_positions.shape[0], n_pos, 0, dtype=dtype)
     return torch.stack(columns, dim=-1)
-
-
-def log_positions(n: float) -> float:
-    """log n, as used by Chiang & Cholak eq. 2 (natural log)."""
-    return math.log(n)
