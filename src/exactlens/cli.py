@@ -4,12 +4,16 @@ progress and messages go to stderr."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from typing import Any
 
-from exactlens.cli_hull import add_hull_parser
 from exactlens.errors import ExactLensError
+
+# Subcommands that live in their own modules, as "module:function"; the function
+# takes argparse's subparsers object and adds its parser (one line per command).
+SUBCOMMAND_MODULES: tuple[str, ...] = ("exactlens.cli_hull:add_hull_parser",)
 
 
 def _params(pairs: list[str] | None) -> dict[str, Any]:
@@ -49,11 +53,15 @@ def cmd_verify(args: argparse.Namespace) -> None:
     params = _params(args.param)
     model = get(args.name).make(dtype=args.dtype, **params)  # bad names/parameters fail before any progress
     print(f"verifying {args.name} ({args.dtype}) on {len(lengths)} lengths", file=sys.stderr)
-    result = verify(args.name, lengths, strings=args.strings, dtype=args.dtype, seed=args.seed,
-                    params=params, model=model)
+    result = verify(
+        args.name, lengths, strings=args.strings, dtype=args.dtype, seed=args.seed, params=params, model=model
+    )
     lines = [f"{args.name} {args.dtype}: length strings accuracy cross_entropy_bits min_abs_logit"]
-    lines += [f"  {r['length']:6d} {r['strings']:7d} {r['accuracy']:.6f} {r['cross_entropy_bits']:.6f} "
-              f"{r['min_abs_logit']:.3e}" for r in result["results"]]
+    lines += [
+        f"  {r['length']:6d} {r['strings']:7d} {r['accuracy']:.6f} {r['cross_entropy_bits']:.6f} "
+        f"{r['min_abs_logit']:.3e}"
+        for r in result["results"]
+    ]
     _emit(result, args.json, "\n".join(lines))
     if not args.json and any(r["accuracy"] < 1 for r in result["results"]):
         print("note: accuracy below 1 at some lengths", file=sys.stderr)
@@ -66,10 +74,13 @@ def cmd_precision(args: argparse.Namespace) -> None:
     params = _params(args.param)
     get(args.name).make(dtype=args.dtype, **params)  # bad names/parameters fail before any progress
     print(f"scanning {args.name} ({args.dtype}) up to length {args.max_length}", file=sys.stderr)
-    result = precision(args.name, dtype=args.dtype, max_length=args.max_length, strings=args.strings,
-                       seed=args.seed, params=params)
-    text = (f"{args.name} {args.dtype}: exact up to {result['max_exact_length']}, first failure at "
-            f"{result['first_failure_length']} ({len(result['checked'])} lengths checked)")
+    result = precision(
+        args.name, dtype=args.dtype, max_length=args.max_length, strings=args.strings, seed=args.seed, params=params
+    )
+    text = (
+        f"{args.name} {args.dtype}: exact up to {result['max_exact_length']}, first failure at "
+        f"{result['first_failure_length']} ({len(result['checked'])} lengths checked)"
+    )
     _emit(result, args.json, text)
 
 
@@ -92,8 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("name", help="a construction name (see `exactlens list`)")
         p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--param", action="append", metavar="KEY=VALUE",
-                       help="construction parameter, e.g. --param c=2 --param eps=0 (repeatable)")
+        p.add_argument(
+            "--param",
+            action="append",
+            metavar="KEY=VALUE",
+            help="construction parameter, e.g. --param c=2 --param eps=0 (repeatable)",
+        )
         p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("verify", help="accuracy and cross-entropy per length")
@@ -114,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small settings (for tests)")
     p.set_defaults(func=cmd_report)
 
-    add_hull_parser(sub)
+    for spec in SUBCOMMAND_MODULES:
+        module, function = spec.split(":")
+        getattr(importlib.import_module(module), function)(sub)
     return parser
 
 

@@ -265,16 +265,35 @@ UNSUPPORTED = [
     (dict(attention_mask="strict_causal"), "attention_mask='strict_causal'"),
     (dict(attention_mask="past"), "attention_mask='past'"),
     (dict(d_mlp=4, act_fn="identity"), "act_fn='identity'"),
+    (dict(attention_mask=("causal", "none")), "attention_mask=('causal', 'none')"),
+    (dict(d_mlp=4, act_fn=("relu", "gelu")), "act_fn=('relu', 'gelu')"),
+    (dict(normalization="pre", ln_scale=False), "ln_scale=False"),
 ]
 
 
 @pytest.mark.parametrize("target", ["hooked_transformer", "bridge"])
 @pytest.mark.parametrize(("fields", "named"), UNSUPPORTED, ids=[u[1] for u in UNSUPPORTED])
 def test_export_problems_name_the_feature(target: str, fields: dict, named: str) -> None:
-    cfg = ExactConfig(d_model=4, n_layers=1, d_vocab=3, positional_features=("learned",), n_ctx=4, **fields)
+    cfg = ExactConfig(d_model=4, n_layers=2, d_vocab=3, positional_features=("learned",), n_ctx=4, **fields)
     problems = export_problems(cfg, target)
     assert len(problems) == 1 and named in problems[0], problems
     assert "allowed" in problems[0]
+
+
+@pytest.mark.parametrize("target", ["hooked_transformer", "bridge"])
+def test_per_layer_values_that_agree_export(target: str) -> None:
+    cfg = ExactConfig(
+        d_model=4,
+        n_layers=2,
+        d_vocab=3,
+        d_mlp=4,
+        positional_features=("learned",),
+        n_ctx=4,
+        attention_mask=("causal", "causal"),
+        act_fn=("gelu", "gelu"),
+        normalization="pre",
+    )
+    assert export_problems(cfg, target) == []
 
 
 @pytest.mark.parametrize("target", ["hooked_transformer", "bridge"])

@@ -144,6 +144,8 @@ def naive_forward(model: ExactTransformer, tokens: torch.Tensor, n_positions: to
     def ln(x: torch.Tensor, prefix: str) -> torch.Tensor:
         if cfg.ln_center:
             x = x - sum(x.tolist()) / D
+        if not cfg.ln_scale:
+            return x * P[f"{prefix}.w"] + P[f"{prefix}.b"]
         scale = math.sqrt(sum(a * a for a in x.tolist()) / D + cfg.ln_eps)
         return x / scale * P[f"{prefix}.w"] + P[f"{prefix}.b"]
 
@@ -162,22 +164,26 @@ def naive_forward(model: ExactTransformer, tokens: torch.Tensor, n_positions: to
             xs.append(P["embed.W_E"][int(tokens[b, i])] + pos)
         for layer in range(L):
             pre = f"blocks.{layer}"
+            mask, weighting, length_scale, act = (
+                cfg.per_layer(name)[layer]
+                for name in ("attention_mask", "attention_weighting", "attn_length_scale", "act_fn")
+            )
             a_in = [ln(x, f"{pre}.ln1") for x in xs] if cfg.normalization == "pre" else xs
             q = [[a_in[i] @ P[f"{pre}.attn.W_Q"][h] + P[f"{pre}.attn.b_Q"][h] for i in range(n)] for h in range(H)]
             k = [[a_in[i] @ P[f"{pre}.attn.W_K"][h] + P[f"{pre}.attn.b_K"][h] for i in range(n)] for h in range(H)]
             v = [[a_in[i] @ P[f"{pre}.attn.W_V"][h] + P[f"{pre}.attn.b_V"][h] for i in range(n)] for h in range(H)]
             mids = []
             for i in range(n):
-                keys = [j for j in range(n) if visible(cfg.attention_mask, i, j)]
+                keys = [j for j in range(n) if visible(mask, i, j)]
                 factor = 1 / divisor
-                if cfg.attn_length_scale == "log_n":
+                if length_scale == "log_n":
                     factor *= math.log(n)
-                elif cfg.attn_length_scale == "log_visible" and keys:
+                elif length_scale == "log_visible" and keys:
                     factor *= math.log(len(keys))
                 attn_out = P[f"{pre}.attn.b_O"].clone()
                 for h in range(H):
                     scores = {j: float(q[h][i] @ k[h][j]) * factor for j in keys}
-                    weights = naive_weights(scores, cfg.attention_weighting, cfg.hard_tie_tolerance)
+                    weights = naive_weights(scores, weighting, cfg.hard_tie_tolerance)
                     z = torch.zeros(cfg.d_head, dtype=F64)
                     for j in range(T):
                         out[f"{pre}.attn.hook_attn_scores"][b, h, i, j] = scores.get(j, -math.inf)
@@ -195,7 +201,7 @@ def naive_forward(model: ExactTransformer, tokens: torch.Tensor, n_positions: to
                     new.append(mids[i])
                     continue
                 m_in = ln(mids[i], f"{pre}.ln2") if cfg.normalization == "pre" else mids[i]
-                hidden = naive_act(m_in @ P[f"{pre}.mlp.W_in"] + P[f"{pre}.mlp.b_in"], cfg.act_fn)
+                hidden = naive_act(m_in @ P[f"{pre}.mlp.W_in"] + P[f"{pre}.mlp.b_in"], act)
                 res = mids[i] + hidden @ P[f"{pre}.mlp.W_out"] + P[f"{pre}.mlp.b_out"]
                 new.append(ln(res, f"{pre}.ln2") if cfg.normalization == "post" else res)
             xs = new
@@ -239,6 +245,7 @@ def test_matches_naive_reimplementation(index, mask, weighting, norm, dtype):
         attn_scale=None if index % 2 else 1.7,
         ln_eps=(1e-5, 0.0, 0.3)[index % 3],
         ln_center=index % 4 != 3,
+        ln_scale=index % 4 == 3 or index % 6 != 5,  # never both off (that is normalization="none")
         d_mlp=0 if index % 7 == 0 else 5,
     )
     if index % 5 == 0:
@@ -261,6 +268,66 @@ def test_matches_naive_reimplementation(index, mask, weighting, norm, dtype):
     for name, want in expected.items():
         got = logits if name == "logits" else cache[name]
         assert_real_positions_close(got, want, n_positions, tol, name)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_per_layer_switches_match_naive_reimplementation(seed):
+    """Each layer with its own mask, weighting, length scale and activation."""
+    rng = torch.Generator().manual_seed(seed)
+
+    def pick(options):
+        return tuple(options[int(i)] for i in torch.randint(len(options), (3,), generator=rng))
+
+    model = make_model(
+        seed=100 + seed,
+        n_layers=3,
+        scale=0.4,
+        attention_mask=pick(MASKS),
+        attention_weighting=pick(("softmax", "average_hard", "unique_hard_left", "unique_hard_right", "none")),
+        attn_length_scale=pick(LENGTH_SCALES),
+        act_fn=pick(ACTS),
+        normalization=NORMALIZATIONS[seed % 3],
+        d_mlp=4,
+        dtype="float64",
+    )
+    tokens = random_tokens(3, 6, model.cfg.d_vocab, seed=seed)
+    n_positions = torch.tensor([6, 5, 2])
+    logits, cache = model.run_with_cache(tokens, n_positions=n_positions)
+    for name, want in naive_forward(model, tokens, n_positions).items():
+        got = logits if name == "logits" else cache[name]
+        assert_real_positions_close(got, want, n_positions, TOL["float64"], name)
+
+
+def test_per_layer_switch_validation_and_round_trip(tmp_path):
+    with pytest.raises(ExactLensError, match=r"one of them per layer \(n_layers=2\)"):
+        ExactConfig(**{**BASE, "attention_mask": ("causal",)})
+    with pytest.raises(ExactLensError, match=r"attention_weighting\[1\]='soft' is not allowed"):
+        ExactConfig(**{**BASE, "attention_weighting": ("softmax", "soft")})
+    with pytest.raises(ExactLensError, match="not a per-layer switch"):
+        ExactConfig(**BASE).per_layer("normalization")
+    with pytest.raises(ExactLensError, match="leave nothing of layer norm"):
+        ExactConfig(**{**BASE, "normalization": "pre", "ln_center": False, "ln_scale": False})
+    cfg = ExactConfig(**{**BASE, "attention_mask": ["causal", "none"], "act_fn": "gelu"})
+    assert cfg.per_layer("attention_mask") == ("causal", "none")
+    assert cfg.per_layer("act_fn") == ("gelu", "gelu")
+    assert cfg.uniform("attention_mask") is None and cfg.uniform("act_fn") == "gelu"
+    model = ExactTransformer(cfg)
+    model.init_weights(seed=3)
+    model.save(tmp_path / "m")
+    again = ExactTransformer.load(tmp_path / "m")
+    assert again.cfg.attention_mask == ("causal", "none")
+    tokens = random_tokens(2, 4, cfg.d_vocab)
+    torch.testing.assert_close(again(tokens), model(tokens), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_ln_without_scaling_only_centers(norm):
+    model = make_model(seed=14, normalization=norm, ln_scale=False, dtype="float64")
+    _, cache = model.run_with_cache(random_tokens(2, 5, 5))
+    x = ln_inputs(cache, 0)["ln1"] if norm == "post" else cache["blocks.0.hook_resid_pre"]
+    normalized = cache["blocks.0.ln1.hook_normalized"]
+    torch.testing.assert_close(normalized, x - x.mean(-1, keepdim=True), atol=1e-12, rtol=0)
+    assert ExactConfig(**{**BASE, "normalization": "pre", "ln_scale": False}).normalization_type is None
 
 
 # ---- masks ---------------------------------------------------------------------------------------

@@ -79,13 +79,16 @@ class LayerNorm(nn.Module):
     """LN(x) = (x - mean x) / sqrt(var x + eps) * w + b, eps may be 0.
 
     With ln_center=False it only scales: x / sqrt(mean x^2 + eps) (Brody et
-    al.'s LN without the projection). hook_scale is the denominator, [batch, pos, 1].
+    al.'s LN without the projection); with ln_scale=False it only projects:
+    x - mean x (LN without the scaling, Brody et al. Table 2). hook_scale is the
+    denominator, [batch, pos, 1] (1 when not scaling).
     """
 
     def __init__(self, cfg: ExactConfig):
         super().__init__()
         self.eps = cfg.ln_eps
         self.center = cfg.ln_center
+        self.scale = cfg.ln_scale
         self.w = nn.Parameter(torch.ones(cfg.d_model, dtype=cfg.torch_dtype), requires_grad=cfg.ln_affine)
         self.b = _param(cfg.d_model, dtype=cfg.torch_dtype, trainable=cfg.ln_affine)
         self.hook_scale = HookPoint()
@@ -94,6 +97,8 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.center:
             x = x - x.mean(-1, keepdim=True)
+        if not self.scale:
+            return self.hook_normalized(x) * self.w + self.b
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized(x / scale) * self.w + self.b
 
@@ -132,9 +137,12 @@ def hard_weights(scores: torch.Tensor, allowed: torch.Tensor, kind: str, tol: fl
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ExactConfig):
+    def __init__(self, cfg: ExactConfig, layer: int = 0):
         super().__init__()
         self.cfg = cfg
+        self.mask = cfg.per_layer("attention_mask")[layer]
+        self.weighting = cfg.per_layer("attention_weighting")[layer]
+        self.length_scale = cfg.per_layer("attn_length_scale")[layer]
         h, m, d = cfg.n_heads, cfg.d_model, cfg.d_head
         dt = cfg.torch_dtype
         self.W_Q = _param(h, m, d, dtype=dt)
@@ -157,16 +165,16 @@ class Attention(nn.Module):
         # Scores (q . k) / divisor [* log n]; the per-row factor is applied to q so
         # that the [query, key] matrix is swept once (one product, one softmax).
         q_rows = q.permute(0, 2, 1, 3) * (1.0 / cfg.scale_divisor)  # [b, h, q, d]
-        if cfg.attn_length_scale == "log_n":  # Chiang & Cholak eq. 2
+        if self.length_scale == "log_n":  # Chiang & Cholak eq. 2
             q_rows = q_rows * torch.log(n_positions.to(x.dtype))[:, None, None, None]
         scores = q_rows @ k.permute(0, 2, 3, 1)  # [b, h, q, k]
-        if cfg.attn_length_scale == "log_visible":
+        if self.length_scale == "log_visible":
             seen = allowed.sum(-1, keepdim=True) if allowed is not None else torch.tensor(float(x.shape[1]))
             scores = scores * torch.log(seen.clamp(min=1).to(scores.dtype))
         if allowed is not None:
             scores = scores.masked_fill(~allowed, -math.inf)
         scores = self.hook_attn_scores(scores)
-        weighting = cfg.attention_weighting
+        weighting = self.weighting
         if weighting == "softmax":
             pattern = torch.softmax(scores, dim=-1)
             if allowed is not None:  # a query that sees no key gets weight 0 everywhere
@@ -188,14 +196,14 @@ _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "identity": lambda x: x}
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ExactConfig):
+    def __init__(self, cfg: ExactConfig, layer: int = 0):
         super().__init__()
         dt = cfg.torch_dtype
         self.W_in = _param(cfg.d_model, cfg.d_mlp, dtype=dt)
         self.b_in = _param(cfg.d_mlp, dtype=dt, trainable=cfg.mlp_bias)
         self.W_out = _param(cfg.d_mlp, cfg.d_model, dtype=dt)
         self.b_out = _param(cfg.d_model, dtype=dt, trainable=cfg.mlp_bias)
-        self.act = _ACTIVATIONS[cfg.act_fn]
+        self.act = _ACTIVATIONS[cfg.per_layer("act_fn")[layer]]
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
 
@@ -209,11 +217,11 @@ class Block(nn.Module):
     c = LN1(x + Att(x)), a = LN2(c + FFN(c)); hook_resid_mid is c.
     Pre-LN: c = x + Att(LN1(x)), a = c + FFN(LN2(c))."""
 
-    def __init__(self, cfg: ExactConfig):
+    def __init__(self, cfg: ExactConfig, layer: int = 0):
         super().__init__()
         self.norm = cfg.normalization
-        self.attn = Attention(cfg)
-        self.mlp = MLP(cfg) if cfg.d_mlp > 0 else None
+        self.attn = Attention(cfg, layer)
+        self.mlp = MLP(cfg, layer) if cfg.d_mlp > 0 else None
         if self.norm != "none":
             self.ln1 = LayerNorm(cfg)
             if self.mlp is not None:

@@ -41,9 +41,30 @@ READOUTS = ("sigmoid", "per_position", "logits")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
+PER_LAYER_SWITCHES = ("attention_mask", "attention_weighting", "attn_length_scale", "act_fn")
+"""Switches that take one value for every layer or a tuple with one value per layer
+(composed constructions mix, e.g., a future-masked uniform layer with a hard one)."""
+
+
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ExactLensError(f"{name}={value!r} is not allowed; choose one of {', '.join(allowed)}")
+
+
+def _check_per_layer(name: str, value: Any, allowed: tuple[str, ...], n_layers: int) -> Any:
+    """A per-layer switch: one string, or a tuple of n_layers strings (a list is
+    accepted and stored as a tuple; a tuple whose values agree stays a tuple)."""
+    if isinstance(value, str):
+        _check_choice(name, value, allowed)
+        return value
+    if not isinstance(value, (tuple, list)) or len(value) != n_layers:
+        raise ExactLensError(
+            f"{name} must be one of {', '.join(allowed)} or a tuple with one of them per layer "
+            f"(n_layers={n_layers}), got {value!r}"
+        )
+    for layer, item in enumerate(value):
+        _check_choice(f"{name}[{layer}]", item, allowed)
+    return tuple(value)
 
 
 @dataclass
@@ -63,18 +84,21 @@ class ExactConfig:
     d_mlp: int = 0  # 0 = no FFN sublayer
     d_vocab_out: int = 1  # readout size (1 for a sigmoid classifier)
 
-    attention_mask: str = "none"
-    attention_weighting: str = "softmax"
+    # attention_mask, attention_weighting, attn_length_scale and act_fn: one value
+    # for all layers or a tuple with one per layer (read them with per_layer()).
+    attention_mask: str | tuple[str, ...] = "none"
+    attention_weighting: str | tuple[str, ...] = "softmax"
     attn_scale: float | None = None  # scores are divided by this; None -> sqrt(d_head)
-    attn_length_scale: str = "none"
+    attn_length_scale: str | tuple[str, ...] = "none"
     hard_tie_tolerance: float = 0.0  # scores within this of the max count as tied
 
     normalization: str = "none"
     ln_eps: float = 1e-5  # may be exactly 0 (Chiang & Cholak §4.2)
     ln_affine: bool = True  # learnable gain/bias (set to 1 and 0 by constructions)
     ln_center: bool = True  # False: scaling only, no projection (Brody et al.)
+    ln_scale: bool = True  # False: projection (centering) only, no scaling (Brody et al. Table 2)
 
-    act_fn: str = "relu"
+    act_fn: str | tuple[str, ...] = "relu"
     mlp_bias: bool = True
     attn_bias: bool = True
 
@@ -115,11 +139,19 @@ class ExactConfig:
             raise ExactLensError(f"d_head must be a positive integer, got {self.d_head!r}")
         if not isinstance(self.d_mlp, int) or self.d_mlp < 0:
             raise ExactLensError(f"d_mlp must be an integer >= 0 (0 = no FFN), got {self.d_mlp!r}")
-        _check_choice("attention_mask", self.attention_mask, MASKS)
-        _check_choice("attention_weighting", self.attention_weighting, WEIGHTINGS)
-        _check_choice("attn_length_scale", self.attn_length_scale, LENGTH_SCALES)
+        allowed = {
+            "attention_mask": MASKS,
+            "attention_weighting": WEIGHTINGS,
+            "attn_length_scale": LENGTH_SCALES,
+            "act_fn": ACTIVATIONS,
+        }
+        for name in PER_LAYER_SWITCHES:
+            setattr(self, name, _check_per_layer(name, getattr(self, name), allowed[name], self.n_layers))
         _check_choice("normalization", self.normalization, NORMALIZATIONS)
-        _check_choice("act_fn", self.act_fn, ACTIVATIONS)
+        if not (self.ln_center or self.ln_scale) and self.normalization != "none":
+            raise ExactLensError(
+                "ln_center=False and ln_scale=False leave nothing of layer norm; use normalization='none'"
+            )
         _check_choice("readout", self.readout, READOUTS)
         _check_choice("dtype", self.dtype, tuple(DTYPES))
         if self.attn_scale is not None and not (self.attn_scale > 0 and math.isfinite(self.attn_scale)):
@@ -140,13 +172,23 @@ class ExactConfig:
 
             check_feature_names(self.positional_features)
         if self.residual_labels is not None and len(self.residual_labels) != self.d_model:
-            raise ExactLensError(
-                f"residual_labels has {len(self.residual_labels)} names but d_model={self.d_model}"
-            )
+            raise ExactLensError(f"residual_labels has {len(self.residual_labels)} names but d_model={self.d_model}")
         if self.vocab is not None and len(self.vocab) != self.d_vocab:
             raise ExactLensError(f"vocab has {len(self.vocab)} tokens but d_vocab={self.d_vocab}")
 
     # ---- derived quantities -------------------------------------------------
+
+    def per_layer(self, name: str) -> tuple[str, ...]:
+        """A per-layer switch as a tuple with one value per layer."""
+        if name not in PER_LAYER_SWITCHES:
+            raise ExactLensError(f"{name!r} is not a per-layer switch; those are {', '.join(PER_LAYER_SWITCHES)}")
+        value = getattr(self, name)
+        return (value,) * self.n_layers if isinstance(value, str) else value
+
+    def uniform(self, name: str) -> str | None:
+        """The value shared by every layer, or None when layers differ."""
+        values = set(self.per_layer(name))
+        return values.pop() if len(values) == 1 else None
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -170,7 +212,7 @@ class ExactConfig:
         apply_ln_to_stack, logit attributions) assume that each block *adds*
         to an un-normalized stream, which is false when LN sits on the stream.
         """
-        if self.normalization == "pre":
+        if self.normalization == "pre" and self.ln_scale:
             return "LN" if self.ln_center else "RMS"
         return None
 

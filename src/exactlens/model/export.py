@@ -112,24 +112,30 @@ def export_problems(model: Any, target: str, length: int | None = None) -> list[
             f"normalization='post' (post-LN) cannot be exported: {name} blocks are pre-LN; "
             "allowed: normalization='pre' or 'none'"
         )
-    if cfg.attention_weighting != "softmax":
+    if cfg.uniform("attention_weighting") != "softmax":
         problems.append(
             f"attention_weighting={cfg.attention_weighting!r} cannot be exported: {name} attention is softmax; "
             "allowed: attention_weighting='softmax'"
         )
-    if cfg.attn_length_scale != "none":
+    if cfg.uniform("attn_length_scale") != "none":
         problems.append(
             f"attn_length_scale={cfg.attn_length_scale!r} cannot be exported: {name} scores are divided by a "
             "constant only; allowed: attn_length_scale='none'"
         )
-    if cfg.attention_mask not in ("none", "causal"):
+    if cfg.uniform("attention_mask") not in ("none", "causal"):
         problems.append(
             f"attention_mask={cfg.attention_mask!r} cannot be exported: {name} attention is causal or "
-            "bidirectional; allowed: attention_mask='causal' or 'none'"
+            "bidirectional in every layer alike; allowed: attention_mask='causal' or 'none'"
         )
-    if cfg.d_mlp > 0 and cfg.act_fn == "identity":
+    if cfg.d_mlp > 0 and cfg.uniform("act_fn") not in ("relu", "gelu"):
         problems.append(
-            f"act_fn='identity' cannot be exported: {name} has no identity activation; allowed: act_fn='relu' or 'gelu'"
+            f"act_fn={cfg.act_fn!r} cannot be exported: {name} has one activation for all layers and no "
+            "identity; allowed: act_fn='relu' or 'gelu'"
+        )
+    if cfg.normalization != "none" and not cfg.ln_scale:
+        problems.append(
+            f"ln_scale=False (layer norm without its scaling) cannot be exported: {name} normalizations "
+            "always scale; allowed: ln_scale=True"
         )
     if target == "bridge" and cfg.normalization == "pre" and not cfg.ln_center and cfg.dtype == "float64":
         problems.append(
@@ -212,10 +218,10 @@ def _common_fields(cfg: ExactConfig, n_ctx: int) -> dict[str, Any]:
         d_vocab_out=cfg.d_vocab_out,
         d_mlp=cfg.d_mlp if cfg.d_mlp > 0 else None,
         attn_only=cfg.d_mlp == 0,
-        act_fn=cfg.act_fn if cfg.d_mlp > 0 else "relu",
+        act_fn=cfg.uniform("act_fn") if cfg.d_mlp > 0 else "relu",
         normalization_type=_normalization_type(cfg),
         eps=cfg.ln_eps,
-        attention_dir="causal" if cfg.attention_mask == "causal" else "bidirectional",
+        attention_dir="causal" if cfg.uniform("attention_mask") == "causal" else "bidirectional",
         use_attn_scale=True,
         positional_embedding_type="standard",
         default_prepend_bos=False,

@@ -33,7 +33,7 @@ class ExactTransformer(HookedRootModule):
         self.hook_embed = HookPoint()
         self.pos_embed = PosEmbed(cfg)
         self.hook_pos_embed = HookPoint()
-        self.blocks = torch.nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = torch.nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
         if cfg.normalization == "pre":
             self.ln_final = LayerNorm(cfg)
         self.unembed = Unembed(cfg)
@@ -73,10 +73,12 @@ class ExactTransformer(HookedRootModule):
         n_positions = self._check_input(tokens, n_positions)
         n_pos = tokens.shape[1]
         padded = padded and bool((n_positions != n_pos).any())
-        allowed = visible_keys(self.cfg.attention_mask, n_pos, n_positions, padded)
+        allowed = {
+            mask: visible_keys(mask, n_pos, n_positions, padded) for mask in set(self.cfg.per_layer("attention_mask"))
+        }
         x = self.hook_embed(self.embed(tokens)) + self.hook_pos_embed(self.pos_embed(n_pos, n_positions, padded))
         for block in self.blocks:
-            x = block(x, allowed, n_positions)
+            x = block(x, allowed[block.attn.mask], n_positions)
         if self.cfg.normalization == "pre":
             x = self.ln_final(x)
         if return_type is None:

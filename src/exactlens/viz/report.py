@@ -71,8 +71,11 @@ QUICK = ReportSettings(
     precision_points_per_decade=8,
     example_length=8,
     fig2={"max_length": 50, "strings": 50, "points_per_decade": 8},
-    fig3={"values": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0, 1.001, 1.005, 1.01, 1.02, 1.05, 1.1],
-          "lengths": (1, 20), "strings": 100},
+    fig3={
+        "values": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0, 1.001, 1.005, 1.01, 1.02, 1.05, 1.1],
+        "lengths": (1, 20),
+        "strings": 100,
+    },
 )
 
 
@@ -144,12 +147,14 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], caption: str | 
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "\n".join("<tr>" + "".join(f"<td>{esc(fmt(v))}</td>" for v in row) + "</tr>" for row in rows)
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return f'<table>{cap}<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table>'
+    return f"<table>{cap}<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table>"
 
 
 def figure(ctx: ReportContext, path: Path, alt: str, caption: str) -> str:
-    return (f'<figure><a href="{esc(ctx.rel(path))}"><img src="{esc(ctx.rel(path))}" alt="{esc(alt)}"></a>'
-            f"<figcaption>{esc(caption)}</figcaption></figure>")
+    return (
+        f'<figure><a href="{esc(ctx.rel(path))}"><img src="{esc(ctx.rel(path))}" alt="{esc(alt)}"></a>'
+        f"<figcaption>{esc(caption)}</figcaption></figure>"
+    )
 
 
 def _jsonable(obj: Any) -> Any:
@@ -171,8 +176,11 @@ def _jsonable(obj: Any) -> Any:
 
 def overview_sections(ctx: ReportContext) -> list[Section]:
     s = ctx.settings
-    items = "".join(f'<li><a href="#{esc("construction-" + slug(n))}">{esc(n)}</a> — '
-                    f"{esc(get(n).paper)}: {esc(get(n).summary)}</li>" for n in ctx.names)
+    items = "".join(
+        f'<li><a href="#{esc("construction-" + slug(n))}">{esc(n)}</a> — '
+        f"{esc(get(n).paper)}: {esc(get(n).summary)}</li>"
+        for n in ctx.names
+    )
     text = (
         "<p>Hand-built (&quot;exact&quot;) transformers as hooked models: for each construction, its "
         "paper and parameters, accuracy and cross-entropy on random strings in float32 and float64, the "
@@ -204,21 +212,35 @@ def _example_tokens(ctx: ReportContext, name: str) -> tuple[str, torch.Tensor]:
 
 def _architecture(model: Any) -> list[list[Any]]:
     cfg = model.cfg
-    attention = f"{cfg.attention_weighting}, mask {cfg.attention_mask}, scores / {fmt(cfg.scale_divisor)}"
-    if cfg.attn_length_scale != "none":
-        attention += f" x {cfg.attn_length_scale}"
+
+    def switch(name: str) -> str:  # one value, or one per layer
+        value = cfg.uniform(name)
+        return value if value is not None else " | ".join(cfg.per_layer(name))
+
+    attention = f"{switch('attention_weighting')}, mask {switch('attention_mask')}, scores / {fmt(cfg.scale_divisor)}"
+    if switch("attn_length_scale") != "none":
+        attention += f" x {switch('attn_length_scale')}"
     norm = cfg.normalization + (f", eps={cfg.ln_eps}" if cfg.normalization != "none" else "")
-    return [["layers", cfg.n_layers], ["heads", cfg.n_heads], ["d_model", cfg.d_model], ["d_head", cfg.d_head],
-            ["d_mlp", cfg.d_mlp], ["attention", attention], ["layer norm", norm],
-            ["positions", ", ".join(cfg.positional_features) or "none"], ["readout", cfg.readout]]
+    return [
+        ["layers", cfg.n_layers],
+        ["heads", cfg.n_heads],
+        ["d_model", cfg.d_model],
+        ["d_head", cfg.d_head],
+        ["d_mlp", cfg.d_mlp],
+        ["attention", attention],
+        ["layer norm", norm],
+        ["positions", ", ".join(cfg.positional_features) or "none"],
+        ["readout", cfg.readout],
+    ]
 
 
 def _verify_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> str:
     from exactlens.analysis.verify import verify
 
     construction = get(name)
-    lengths = [n for n in ctx.settings.verify_lengths
-               if construction.max_length is None or n <= construction.max_length]
+    lengths = [
+        n for n in ctx.settings.verify_lengths if construction.max_length is None or n <= construction.max_length
+    ]
     results = {}
     for dtype in ("float32", "float64"):
         results[dtype] = verify(name, lengths, strings=ctx.settings.verify_strings, dtype=dtype)
@@ -226,11 +248,28 @@ def _verify_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> str:
     rows = []
     for j, n in enumerate(lengths):
         r32, r64 = results["float32"]["results"][j], results["float64"]["results"][j]
-        rows.append([n, f"{r32['strings']}{' (all)' if r32['exhaustive'] else ''}",
-                     r32["accuracy"], r32["cross_entropy_bits"], r32["min_abs_logit"],
-                     r64["accuracy"], r64["cross_entropy_bits"], r64["min_abs_logit"]])
-    headers = ["|w|", "strings", "acc f32", "CE bits f32", "min |logit| f32", "acc f64", "CE bits f64",
-               "min |logit| f64"]
+        rows.append(
+            [
+                n,
+                f"{r32['strings']}{' (all)' if r32['exhaustive'] else ''}",
+                r32["accuracy"],
+                r32["cross_entropy_bits"],
+                r32["min_abs_logit"],
+                r64["accuracy"],
+                r64["cross_entropy_bits"],
+                r64["min_abs_logit"],
+            ]
+        )
+    headers = [
+        "|w|",
+        "strings",
+        "acc f32",
+        "CE bits f32",
+        "min |logit| f32",
+        "acc f64",
+        "CE bits f64",
+        "min |logit| f64",
+    ]
     return "<h3>Verification</h3>" + table(headers, rows)
 
 
@@ -241,21 +280,32 @@ def _precision_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> st
     top = ctx.settings.precision_max_length
     if construction.max_length is not None:
         top = min(top, construction.max_length)
-    grid = sorted(set(range(1, min(16, top) + 1))
-                  | set(log_grid(top, ctx.settings.precision_points_per_decade, start=16) if top > 16 else []))
-    results = {dtype: precision(name, dtype=dtype, max_length=top, strings=ctx.settings.precision_strings,
-                                lengths=grid)
-               for dtype in ("float32", "float64")}
+    grid = sorted(
+        set(range(1, min(16, top) + 1))
+        | set(log_grid(top, ctx.settings.precision_points_per_decade, start=16) if top > 16 else [])
+    )
+    results = {
+        dtype: precision(name, dtype=dtype, max_length=top, strings=ctx.settings.precision_strings, lengths=grid)
+        for dtype in ("float32", "float64")
+    }
     record["precision"] = results
-    rows = [[dtype, r["max_exact_length"], r["first_failure_length"] or f"none up to {top}", len(r["checked"])]
-            for dtype, r in results.items()]
+    rows = [
+        [dtype, r["max_exact_length"], r["first_failure_length"] or f"none up to {top}", len(r["checked"])]
+        for dtype, r in results.items()
+    ]
     plot = _precision_plot(ctx, name, results)
-    return ("<h3>Precision frontier</h3>"
-            "<p>The largest length at which every checked string is still classified correctly "
-            "(random strings plus the language's hardest ones at each checked length).</p>"
-            + table(["dtype", "exact up to |w| =", "first failure", "lengths checked"], rows)
-            + figure(ctx, plot, f"min |logit| of {name}", "smallest |logit| per checked length; "
-                     "the construction is exact while the sign of every logit is right"))
+    return (
+        "<h3>Precision frontier</h3>"
+        "<p>The largest length at which every checked string is still classified correctly "
+        "(random strings plus the language's hardest ones at each checked length).</p>"
+        + table(["dtype", "exact up to |w| =", "first failure", "lengths checked"], rows)
+        + figure(
+            ctx,
+            plot,
+            f"min |logit| of {name}",
+            "smallest |logit| per checked length; the construction is exact while the sign of every logit is right",
+        )
+    )
 
 
 def _precision_plot(ctx: ReportContext, name: str, results: dict[str, dict[str, Any]]) -> Path:
@@ -270,8 +320,13 @@ def _precision_plot(ctx: ReportContext, name: str, results: dict[str, dict[str, 
         ax.plot([r["length"] for r in rows], [r["min_abs_logit"] for r in rows], style, ms=3, label=dtype)
         fail = results[dtype]["first_failure_length"]
         if fail is not None:
-            ax.axvline(fail, color="red" if dtype == "float32" else "darkred", ls=":", lw=1,
-                       label=f"first failure ({dtype}): {fail}")
+            ax.axvline(
+                fail,
+                color="red" if dtype == "float32" else "darkred",
+                ls=":",
+                lw=1,
+                label=f"first failure ({dtype}): {fail}",
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("|w|")
@@ -306,19 +361,27 @@ def _attention_and_residual_html(ctx: ReportContext, name: str, record: dict[str
     ]
     # The labelled residual stream at the readout position, after each layer.
     _, cache = model.run_with_cache(tokens.unsqueeze(0), names_filter=lambda n: n.endswith("hook_resid_post"))
-    pos = model.cfg.readout_position if model.cfg.readout_position >= 0 else tokens.shape[0] + \
-        model.cfg.readout_position
+    pos = (
+        model.cfg.readout_position if model.cfg.readout_position >= 0 else tokens.shape[0] + model.cfg.readout_position
+    )
     columns = [cache[f"blocks.{layer}.hook_resid_post"][0, pos].double() for layer in range(model.cfg.n_layers)]
     rows = [[i, model.residual_label(i), *[float(c[i]) for c in columns]] for i in range(model.cfg.d_model)]
     headers = ["dim", "label", *[f"after layer {layer + 1}" for layer in range(model.cfg.n_layers)]]
-    out += ["<h3>Residual stream</h3>",
-            f"<p>Residual dimensions and their labels; values at position {pos} "
-            f"(<code>{esc(labels[pos])}</code>) of the example, after each layer "
-            "(<code>blocks.{l}.hook_resid_post</code>).</p>",
-            table(headers, rows)]
-    record["example"] = {"word": word, "tokens": labels, "attention": [p.tolist() for p in patterns],
-                         "residual_labels": [model.residual_label(i) for i in range(model.cfg.d_model)],
-                         "residual_at_readout": [c.tolist() for c in columns], "readout_position": pos}
+    out += [
+        "<h3>Residual stream</h3>",
+        f"<p>Residual dimensions and their labels; values at position {pos} "
+        f"(<code>{esc(labels[pos])}</code>) of the example, after each layer "
+        "(<code>blocks.{l}.hook_resid_post</code>).</p>",
+        table(headers, rows),
+    ]
+    record["example"] = {
+        "word": word,
+        "tokens": labels,
+        "attention": [p.tolist() for p in patterns],
+        "residual_labels": [model.residual_label(i) for i in range(model.cfg.d_model)],
+        "residual_at_readout": [c.tolist() for c in columns],
+        "readout_position": pos,
+    }
     return "\n".join(out)
 
 
@@ -339,20 +402,26 @@ def construction_section(ctx: ReportContext, name: str) -> Section:
     try:
         model = construction.make()
         params = [[k, v] for k, v in info["parameters"].items()]
-        parts.append('<div class="side">' + table(["parameter", "default"], params or [["(none)", ""]])
-                     + table(["architecture", ""], _architecture(model)) + "</div>")
+        parts.append(
+            '<div class="side">'
+            + table(["parameter", "default"], params or [["(none)", ""]])
+            + table(["architecture", ""], _architecture(model))
+            + "</div>"
+        )
     except Exception as err:  # a broken construction must not take the report down
         parts.append(ctx.error(f"{name}: building the model", err))
-    for what, part in (("verification", _verify_html), ("precision frontier", _precision_html),
-                       ("attention and residual stream", _attention_and_residual_html)):
+    for what, part in (
+        ("verification", _verify_html),
+        ("precision frontier", _precision_html),
+        ("attention and residual stream", _attention_and_residual_html),
+    ):
         try:
             parts.append(part(ctx, name, record))
         except Exception as err:
             parts.append(ctx.error(f"{name}: {what}", err))
     record["seconds"] = time.perf_counter() - t0
     data = ctx.write_json(f"{slug(name)}.json", record)
-    parts.append(f'<p class="data">Data: <a href="{esc(data)}">{esc(data)}</a> '
-                 f"({record['seconds']:.1f} s)</p>")
+    parts.append(f'<p class="data">Data: <a href="{esc(data)}">{esc(data)}</a> ({record["seconds"]:.1f} s)</p>')
     return Section(name, f"construction-{slug(name)}", "\n".join(parts))
 
 
@@ -385,8 +454,10 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
         png = cf.plot_fig2(fig2, ctx.asset("figures", "fig2.png"))
         settings = fig2["settings"]
         headers = ["n"] + [f"{lang[0]} {FIG2_SHORT.get(s, s)}" for lang in cf.LANGUAGES for s in settings]
-        rows = [[row["length"], *[row[f"{lang} / {s}"] for lang in cf.LANGUAGES for s in settings]]
-                for row in cf.fig2_rows(fig2)]
+        rows = [
+            [row["length"], *[row[f"{lang} / {s}"] for lang in cf.LANGUAGES for s in settings]]
+            for row in cf.fig2_rows(fig2)
+        ]
         accuracy = min(min(c["accuracy"]) for lang in fig2["curves"].values() for c in lang.values())
         parts += [
             "<h3>Fig. 2: cross-entropy of the exact solutions</h3>",
@@ -398,10 +469,12 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
             "on n holds for the models with the Prop. 2 layer; the §4.1 models alone still tend to 1 bit, "
             "and their eps = 1e-5 and eps = 0 curves coincide (eps is tiny next to the activations' "
             "variance).</p>",
-            figure(ctx, png, "Fig. 2 reproduction", "Fig. 2: P = PARITY, F = FIRST, LN = layer norm, "
-                   "P2 = Prop. 2 layer"),
+            figure(
+                ctx, png, "Fig. 2 reproduction", "Fig. 2: P = PARITY, F = FIRST, LN = layer norm, P2 = Prop. 2 layer"
+            ),
             "<details><summary>Fig. 2 data (bits per string)</summary>"
-            + table(headers, rows) + f'<p>JSON: <a href="{esc(fig2_json)}">{esc(fig2_json)}</a></p></details>',
+            + table(headers, rows)
+            + f'<p>JSON: <a href="{esc(fig2_json)}">{esc(fig2_json)}</a></p></details>',
         ]
         progress(f"report: fig2 done ({time.perf_counter() - t0:.1f} s)")
     except Exception as err:
@@ -414,11 +487,21 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
         curves = fig3["curves"]
         exact = [v for v, a in zip(fig3["values"], curves["parity-ln"]["accuracy"], strict=True) if a == 1.0]
         low, high = fig3["lengths"]
-        rows = [[v, curves["parity-ln"]["accuracy"][j], curves["parity-ln"]["cross_entropy_bits"][j],
-                 curves["parity-ln-eta"]["accuracy"][j], curves["parity-ln-eta"]["cross_entropy_bits"][j]]
-                for j, v in enumerate(fig3["values"])]
-        window = (f"Accuracy is 1 for the tried values from {fmt(min(exact))} to {fmt(max(exact))}"
-                  if exact else "No tried value has accuracy 1")
+        rows = [
+            [
+                v,
+                curves["parity-ln"]["accuracy"][j],
+                curves["parity-ln"]["cross_entropy_bits"][j],
+                curves["parity-ln-eta"]["accuracy"][j],
+                curves["parity-ln-eta"]["cross_entropy_bits"][j],
+            ]
+            for j, v in enumerate(fig3["values"])
+        ]
+        window = (
+            f"Accuracy is 1 for the tried values from {fmt(min(exact))} to {fmt(max(exact))}"
+            if exact
+            else "No tried value has accuracy 1"
+        )
         parts += [
             "<h3>Fig. 3: sensitivity to one weight</h3>",
             "<p>parity-ln (eps = 0) and parity-ln-eta (the same with the Prop. 2 layer) as the weight that "
@@ -431,8 +514,10 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
         parts += [
             figure(ctx, png, "Fig. 3 reproduction", "Fig. 3: cross-entropy (top) and accuracy (bottom)"),
             "<details><summary>Fig. 3 data</summary>"
-            + table(["value", "acc (parity-ln)", "CE bits (parity-ln)", "acc (parity-ln-eta)",
-                     "CE bits (parity-ln-eta)"], rows)
+            + table(
+                ["value", "acc (parity-ln)", "CE bits (parity-ln)", "acc (parity-ln-eta)", "CE bits (parity-ln-eta)"],
+                rows,
+            )
             + f'<p>JSON: <a href="{esc(fig3_json)}">{esc(fig3_json)}</a></p></details>',
         ]
         progress(f"report: fig3 done ({time.perf_counter() - t0:.1f} s)")
@@ -474,10 +559,10 @@ def render_page(sections: Sequence[Section], title: str, footer: str) -> str:
     nav = "".join(f'<li><a href="#{esc(s.id)}">{esc(s.title)}</a></li>' for s in sections)
     body = "\n".join(f'<section id="{esc(s.id)}">\n<h2>{esc(s.title)}</h2>\n{s.html}\n</section>' for s in sections)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
         f"<h1>{esc(title)}</h1>\n<nav><ul>{nav}</ul></nav>\n{body}\n"
-        f"<footer><p class=\"data\">{footer}</p></footer>\n</body>\n</html>\n"
+        f'<footer><p class="data">{footer}</p></footer>\n</body>\n</html>\n'
     )
 
 
@@ -495,8 +580,13 @@ def torch_threads(count: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def build_report(names: list[str] | None, out_dir: str | Path, quick: bool = False,
-                 builders: Sequence[SectionBuilder] | None = None, threads: int | None = 1) -> Path:
+def build_report(
+    names: list[str] | None,
+    out_dir: str | Path,
+    quick: bool = False,
+    builders: Sequence[SectionBuilder] | None = None,
+    threads: int | None = 1,
+) -> Path:
     """Write out_dir/index.html and its assets for the given constructions (default: all
     registered); return the path of index.html.
 
@@ -509,8 +599,9 @@ def build_report(names: list[str] | None, out_dir: str | Path, quick: bool = Fal
         return _build_report(names, out_dir, quick, builders)
 
 
-def _build_report(names: list[str] | None, out_dir: str | Path, quick: bool,
-                  builders: Sequence[SectionBuilder] | None) -> Path:
+def _build_report(
+    names: list[str] | None, out_dir: str | Path, quick: bool, builders: Sequence[SectionBuilder] | None
+) -> Path:
     start = time.perf_counter()
     selected = list(dict.fromkeys(names)) if names else registered_names()
     for name in selected:
@@ -526,14 +617,24 @@ def _build_report(names: list[str] | None, out_dir: str | Path, quick: bool,
         sections += builder(ctx)
         timings[builder.__name__] = time.perf_counter() - t0
     seconds = time.perf_counter() - start
-    ctx.write_json("report.json", {
-        "constructions": selected, "quick": quick, "settings": asdict(ctx.settings),
-        "sections": [{"id": s.id, "title": s.title} for s in sections],
-        "timings": timings, "seconds": seconds, "errors": ctx.errors,
-    })
-    footer = (f"exactlens report, {len(selected)} constructions, built in {seconds:.1f} s"
-              f"{' (quick settings)' if quick else ''}; " + esc(", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
-              + '. Data: <a href="data/report.json">data/report.json</a>.')
+    ctx.write_json(
+        "report.json",
+        {
+            "constructions": selected,
+            "quick": quick,
+            "settings": asdict(ctx.settings),
+            "sections": [{"id": s.id, "title": s.title} for s in sections],
+            "timings": timings,
+            "seconds": seconds,
+            "errors": ctx.errors,
+        },
+    )
+    footer = (
+        f"exactlens report, {len(selected)} constructions, built in {seconds:.1f} s"
+        f"{' (quick settings)' if quick else ''}; "
+        + esc(", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+        + '. Data: <a href="data/report.json">data/report.json</a>.'
+    )
     if ctx.errors:
         footer += f' <span class="error">{len(ctx.errors)} error(s); see data/report.json.</span>'
     index = out / "index.html"
