@@ -8,7 +8,7 @@ VENV_TL39 := .venv-tl39
 PIP_FLAGS ?= --quiet --disable-pip-version-check
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
-.PHONY: setup setup-tl39 test test-main test-tl39 test-slow report bench lint clean
+.PHONY: setup setup-tl39 setup-browser test test-main test-tl39 test-slow report bench lint clean
 
 setup: $(VENV)/.installed
 setup-tl39: $(VENV_TL39)/.installed
@@ -31,7 +31,19 @@ $(VENV_TL39)/.installed: pyproject.toml
 
 test: test-main test-tl39
 
-test-main: setup
+# Headless Chromium for the browser tests (tests/viz/test_browser.py), from Debian's
+# packages where no Chromium is installed yet. Needs root (or password-less sudo);
+# without it the browser tests skip locally and fail in CI (EXACTLENS_REQUIRE_BROWSER=1).
+BROWSER_BINS := chromium-headless-shell chromium chromium-browser
+setup-browser:
+	@for b in $(BROWSER_BINS); do command -v $$b >/dev/null && exit 0; done; \
+	sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo -n"; \
+	echo "installing chromium-headless-shell (Debian) for the browser tests" >&2; \
+	( $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium-headless-shell || \
+	  ( $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium-headless-shell ) ) >/dev/null 2>&1 || \
+	echo "could not install chromium-headless-shell: browser tests will skip (or fail in CI)" >&2
+
+test-main: setup setup-browser
 	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS) -n 2 -m "not slow"
 
 test-tl39: setup-tl39

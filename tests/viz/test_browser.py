@@ -1,0 +1,195 @@
+"""The report in a real browser: headless Chromium opens index.html and every
+attention view from disk with networking cut off.
+
+A page fails on any console error or uncaught exception, on any request that
+leaves the report folder, or (attention views) when circuitsvis rendered nothing.
+Needs Playwright (dev extra) and a Chromium binary (`make test` installs Debian's
+chromium-headless-shell where missing). Without a browser the tests skip, unless
+EXACTLENS_REQUIRE_BROWSER=1 (set by .ci/run), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from exactlens.viz.report import build_report
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser")
+# Report sections whose pages the browser opens: the whole quick report would
+# repeat work test_report.py already does; these cover index + attention views.
+NAMES = ["parity", "first-log"]
+
+
+def _browser_path() -> str | None:
+    for name in BROWSERS:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _missing(why: str) -> None:
+    if os.environ.get("EXACTLENS_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{why} (EXACTLENS_REQUIRE_BROWSER=1)")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("playwright is not installed (pip install -e '.[dev]')")
+    path = _browser_path()
+    if path is None:
+        _missing(f"no Chromium binary found (looked for {', '.join(BROWSERS)}; `make setup-browser` installs one)")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=path, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("browser-report")
+    build_report(NAMES, out, quick=True)
+    return out
+
+
+class PageVisit:
+    """Open one file of the report and record what went wrong."""
+
+    def __init__(self, browser, root: Path):
+        self.root = root.resolve()
+        self.context = browser.new_context(offline=True, java_script_enabled=True)
+        self.page = self.context.new_page()
+        self.problems: list[str] = []
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda exc: self.problems.append(f"uncaught exception: {exc}"))
+        self.context.route("**/*", self._route)
+
+    def _console(self, message) -> None:
+        if message.type == "error":
+            self.problems.append(f"console error: {message.text}")
+
+    def _inside_report(self, url: str) -> bool:
+        parsed = urlparse(url)
+        if parsed.scheme == "data" or url.startswith("about:"):
+            return True
+        if parsed.scheme != "file":
+            return False
+        return Path(unquote(parsed.path)).resolve().is_relative_to(self.root)
+
+    def _route(self, route) -> None:
+        url = route.request.url
+        if self._inside_report(url):
+            route.continue_()
+        else:
+            self.problems.append(f"request outside the report folder: {url}")
+            route.abort()
+
+    def open(self, path: Path) -> None:
+        self.page.goto(path.resolve().as_uri(), wait_until="load")
+        self.page.wait_for_timeout(300)  # let React render and any late errors surface
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def _visit(browser, report: Path, path: Path) -> PageVisit:
+    visit = PageVisit(browser, report)
+    visit.open(path)
+    return visit
+
+
+def test_index_opens_without_errors_or_outside_requests(browser, report: Path) -> None:
+    visit = _visit(browser, report, report / "index.html")
+    try:
+        assert visit.problems == []
+        assert visit.page.title()
+        images = visit.page.eval_on_selector_all("img", "els => els.map(e => [e.src, e.naturalWidth])")
+        assert images, "the index shows no figure"
+        broken = [src for src, width in images if width == 0]
+        assert broken == [], f"images that did not load: {broken}"
+    finally:
+        visit.close()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_attention_view_renders(browser, report: Path, name: str, tmp_path: Path) -> None:
+    view = report / "attention" / f"{name}.html"
+    visit = _visit(browser, report, view)
+    try:
+        assert _drawn(visit.page, timeout_ms=10_000), f"{view.name}: circuitsvis drew nothing"
+        assert visit.problems == []
+        shot = tmp_path / f"{name}.png"
+        visit.page.screenshot(path=str(shot), full_page=True)
+        assert _distinct_colours(shot) > 10, f"{view.name}: the screenshot is (nearly) blank"
+    finally:
+        visit.close()
+
+
+def _drawn(page, timeout_ms: int) -> bool:
+    """Did circuitsvis draw? Its views are SVG/canvas/table elements inside the mount
+    point; when its JavaScript does not run, the page is an empty <div>."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function("() => document.querySelectorAll('svg, canvas, td').length > 0", timeout=timeout_ms)
+    except PlaywrightTimeout:
+        return False
+    return page.evaluate("() => document.body.querySelectorAll('*').length") > 30
+
+
+def test_a_view_without_its_javascript_counts_as_blank(browser, report: Path) -> None:
+    """The render check itself can fail: strip the inlined scripts and it must."""
+    import re
+
+    view = report / "attention" / f"{NAMES[0]}.html"
+    blank = report / "attention" / "blank-for-test.html"
+    blank.write_text(re.sub(r"<script[\s\S]*?</script>", "", view.read_text(encoding="utf-8")), encoding="utf-8")
+    try:
+        visit = _visit(browser, report, blank)
+        try:
+            assert not _drawn(visit.page, timeout_ms=1_500)
+        finally:
+            visit.close()
+    finally:
+        blank.unlink()
+
+
+def _distinct_colours(png: Path) -> int:
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(png))
+    flat = (pixels[..., :3].reshape(-1, 3) * 255).round().astype(int)
+    return len({tuple(p) for p in flat[:: max(1, len(flat) // 20000)]})
+
+
+def test_an_outside_request_is_caught(browser, report: Path, tmp_path: Path) -> None:
+    """The check itself can fail: a page that loads a CDN script is flagged."""
+    bad = report / "bad-page-for-test.html"
+    bad.write_text('<html><body><script src="https://cdn.example.org/x.js"></script></body></html>')
+    try:
+        visit = _visit(browser, report, bad)
+        try:
+            assert any("outside the report folder" in p for p in visit.problems), visit.problems
+        finally:
+            visit.close()
+    finally:
+        bad.unlink()
