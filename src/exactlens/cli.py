@@ -13,7 +13,12 @@ from exactlens.errors import ExactLensError
 
 # Subcommands that live in their own modules, as "module:function"; the function
 # takes argparse's subparsers object and adds its parser (one line per command).
-SUBCOMMAND_MODULES: tuple[str, ...] = ("exactlens.cli_hull:add_hull_parser",)
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "exactlens.cli_hull:add_hull_parser",
+    "exactlens.cli_pairlogic:add_pairlogic_parser",
+    "exactlens.cli_diff:add_diff_parser",
+    "exactlens.cli_train:add_train_parser",
+)
 
 
 def _params(pairs: list[str] | None) -> dict[str, Any]:
@@ -58,7 +63,8 @@ def cmd_verify(args: argparse.Namespace) -> None:
     )
     lines = [f"{args.name} {args.dtype}: length strings accuracy cross_entropy_bits min_abs_logit"]
     lines += [
-        f"  {r['length']:6d} {r['strings']:7d} {r['accuracy']:.6f} {r['cross_entropy_bits']:.6f} "
+        f"  {r['length']:6d} {r['strings']:7d} {r['accuracy']:.6f} "
+        f"{'n/a' if r['cross_entropy_bits'] is None else format(r['cross_entropy_bits'], '.6f')} "
         f"{r['min_abs_logit']:.3e}"
         for r in result["results"]
     ]

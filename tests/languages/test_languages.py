@@ -31,8 +31,8 @@ equal_length_ids = st.integers(0, 6).flatmap(id_rows)
 
 def test_registry():
     assert isinstance(get("parity"), Parity) and isinstance(get("first"), First)
-    with pytest.raises(ExactLensError, match="unknown language 'dyck'; known: first, parity"):
-        get("dyck")
+    with pytest.raises(ExactLensError, match="unknown language 'nope'; known: .*first.*parity"):
+        get("nope")
 
 
 @pytest.mark.parametrize("name", BITS)

@@ -47,6 +47,8 @@ FEATURE_FORMULAS = {
     "I[i=n-1]": lambda i, n: float(i == n - 1),
     "I[i<n/2]": lambda i, n: float(i < n / 2),
     "I[i>=n/2]": lambda i, n: float(i >= n / 2),
+    "I[i<=(n-1)/2]": lambda i, n: float(i <= (n - 1) / 2),
+    "I[i>=(n-1)/2]": lambda i, n: float(i >= (n - 1) / 2),
 }
 
 

@@ -63,7 +63,7 @@ def test_nothing_is_fetched_from_the_network(report: Path) -> None:
 
 def test_attention_pages_inline_circuitsvis(report: Path) -> None:
     pages = sorted((report / "attention").glob("*.html"))
-    assert sorted(p.stem for p in pages) == sorted(names())
+    assert set(names()) <= {p.stem for p in pages}  # one per construction (other sections add more)
     for page in pages:
         text = page.read_text(encoding="utf-8")
         assert len(text) > 100_000  # the inlined bundle is about 1.3 MB

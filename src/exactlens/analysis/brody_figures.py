@@ -30,7 +30,7 @@ import numpy as np
 from exactlens.analysis.hull import METHODS, layer_norm_geometric, selectable_keys
 from exactlens.errors import ExactLensError
 
-__all__ = ["DEFAULT_DS", "DEFAULT_NS", "fig1_data", "plot_fig1"]
+__all__ = ["DEFAULT_DS", "DEFAULT_NS", "fig1_data", "plot_fig1", "plot_tables"]
 
 DEFAULT_NS = (4, 8, 16, 32, 64, 128)
 DEFAULT_DS = (2, 3, 4, 6, 8, 16)
@@ -77,8 +77,9 @@ def fig1_data(
             for t in range(trials):
                 keys = rng.standard_normal((n, d))
                 raw[a, b, t] = selectable_keys(keys, tol=tol, method=method).fraction_unselectable
-                normed[a, b, t] = selectable_keys(layer_norm_geometric(keys), tol=tol,
-                                                  method=method).fraction_unselectable
+                normed[a, b, t] = selectable_keys(
+                    layer_norm_geometric(keys), tol=tol, method=method
+                ).fraction_unselectable
     return {
         "ns": ns_,
         "ds": ds_,
@@ -123,9 +124,59 @@ def plot_fig1(data: dict[str, Any], path: str | Path) -> Path:
         for i in range(len(ns)):
             for j in range(len(ds)):
                 v = values[i, j]
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8,
-                        color="white" if v > 0.5 else "black")
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color="white" if v > 0.5 else "black")
     fig.colorbar(image, ax=axes, label=f"mean fraction of unselectable keys ({data.get('trials', '?')} trials)")
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_tables(result: dict[str, Any], path: str | Path) -> Path:
+    """Bars of :func:`exactlens.analysis.brody_lm.brody_tables`: % unselectable keys per layer, per variant.
+
+    One panel per trained run: before LN, after LN (the attention input) and each head's keys, next
+    to the paper's Table 1 (w/o scaling) / Table 2 (before LN) values for that variant.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    try:
+        runs = list(result["runs"])
+        n_layers = int(result["settings"]["n_layers"])
+        paper = result["paper"]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ExactLensError(f"plot_tables needs the dict returned by brody_tables: {err}") from err
+    if not runs:
+        raise ExactLensError("plot_tables: the result has no runs")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(
+        1, len(runs), figsize=(4.2 * len(runs), 3.6), sharey=True, squeeze=False, constrained_layout=True
+    )
+    x = np.arange(n_layers)
+    for ax, run in zip(axes[0], runs, strict=True):
+        p = run["percent"]
+        series = [("before LN", p["before_ln"])]
+        if any(v is not None for v in p["after_ln"]):
+            series.append(("after LN (attn input)", p["after_ln"]))
+        series += [(f"head {h} keys", [layer[h] for layer in p["per_head"]]) for h in range(len(p["per_head"][0]))]
+        width = 0.8 / len(series)
+        for j, (label, values) in enumerate(series):
+            ax.bar(x + (j - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=label)
+        ref = {
+            "no_scale": ("paper Table 1 (w/o scaling)", paper["table1"]["no_scale_attention_input"]),
+            "full": ("paper Table 2 (before LN)", paper["table2"]["before_ln"]),
+        }.get(run["variant"])
+        if ref is not None and len(ref[1]) == n_layers:
+            ax.plot(x, ref[1], "k_", ms=22, mew=2, label=ref[0])
+        ax.set_xticks(x, [f"L{i + 1}" for i in x])
+        ax.set_title(f"{run['variant']} (seed {run['seed']})")
+        ax.set_ylim(0, 100)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize="x-small")
+    axes[0][0].set_ylabel("% unselectable keys")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -6,6 +6,7 @@ float64 from the model's logit (so the model's dtype alone decides the logit).
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -15,6 +16,8 @@ import torch.nn.functional as F
 
 from exactlens.constructions.registry import Construction, get
 from exactlens.errors import ExactLensError
+from exactlens.languages import Language
+from exactlens.languages import get as get_language
 from exactlens.model import ExactTransformer
 
 ATTENTION_MEMORY_BUDGET = 2**28  # bytes of attention scores per chunk (~256 MB)
@@ -59,39 +62,90 @@ def readout_logits(model: ExactTransformer, tokens: torch.Tensor) -> torch.Tenso
     n_pos = tokens.shape[1]
     per_row = model.cfg.n_heads * n_pos * n_pos * torch.finfo(model.cfg.torch_dtype).bits // 8 * 4
     chunk = max(1, ATTENTION_MEMORY_BUDGET // max(per_row, 1))
-    return torch.cat([model.readout_logits(tokens[i : i + chunk]) for i in range(0, tokens.shape[0], chunk)])
+    return torch.cat([_readout(model, tokens[i : i + chunk]) for i in range(0, tokens.shape[0], chunk)])
 
 
-def cross_entropy_bits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """-log2 P(correct label) under sigmoid(logit), per string, in float64."""
+def _readout(model: ExactTransformer, tokens: torch.Tensor) -> torch.Tensor:
+    """sigmoid: the logit [batch]; logits: the outputs at cfg.readout_position [batch, out];
+    per_position: every output [batch, pos, out] (tokens are unpadded here)."""
+    if model.cfg.readout == "sigmoid":
+        return model.readout_logits(tokens)
+    out = model(tokens)
+    return out if model.cfg.readout == "per_position" else out[:, model.cfg.readout_position]
+
+
+def language_of(construction: Construction, model: ExactTransformer | None = None) -> Language:
+    """The construction's language with the parameters its model was built for
+    (model.cfg.metadata["language_params"], e.g. Dyck's k and depth bound)."""
+    params = model.cfg.metadata.get("language_params", {}) if model is not None else {}
+    return get_language(construction.language, **params)
+
+
+def check_model_length(construction: Construction, model: ExactTransformer, length: int) -> None:
+    """The registry's limits plus a limit the model was built for (metadata["max_length"],
+    e.g. a nonuniform construction's maximum length N)."""
+    construction.check_length(length)
+    limit = model.cfg.metadata.get("max_length")
+    if limit is not None and length > limit:
+        raise ExactLensError(f"{construction.name} was built for |w| <= {limit}; length {length} is beyond it")
+
+
+def margins(construction: Construction, logits: torch.Tensor) -> torch.Tensor:
+    """Per word, how far the output is from the decision boundary: construction.margin if
+    set, else |logit| (sigmoid) or the gap between the two largest logits (classes)."""
+    if construction.margin is not None:
+        return construction.margin(logits)
+    if logits.ndim == 2 and logits.shape[1] > 1:
+        top = logits.topk(2, dim=1).values
+        return top[:, 0] - top[:, 1]
+    return logits.abs()
+
+
+def cross_entropy_bits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+    """-log2 P(correct label) per string, in float64: under sigmoid(logit) for bool labels,
+    under softmax(logits) for class labels; None when the outputs are not probabilities
+    of the labels (e.g. a uniform construction's external check on several outputs)."""
     s = logits.double()
-    nats = torch.where(labels, F.softplus(-s), F.softplus(s))
-    return nats / math.log(2)
+    if labels.dtype == torch.bool and s.ndim == 1:
+        return torch.where(labels, F.softplus(-s), F.softplus(s)) / math.log(2)
+    if labels.dtype != torch.bool and s.ndim == labels.ndim + 1:
+        return -torch.log_softmax(s, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1) / math.log(2)
+    return None
 
 
 def words_for_length(
-    construction: Construction, length: int, strings: int, seed: int, exhaustive_limit: int
+    construction: Construction, length: int, strings: int, seed: int, exhaustive_limit: int,
+    model: ExactTransformer | None = None,
 ) -> tuple[torch.Tensor, bool]:
     """All words if there are at most exhaustive_limit of them, else `strings` sampled ones."""
-    lang = construction.lang()
+    lang = language_of(construction, model)
     if len(lang.alphabet) ** length <= exhaustive_limit:
         return lang.all_words(length), True
     gen = torch.Generator().manual_seed(seed * 1_000_003 + length)
     return lang.sample(length, strings, gen), False
 
 
+def decisions(construction: Construction, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    """construction.decide(logits), or decide(logits, n_positions) for a decide that takes
+    two parameters (a threshold that depends on the length, e.g. Nowak et al.'s PALINDROME)."""
+    if len(inspect.signature(construction.decide).parameters) == 2:
+        return construction.decide(logits, n_positions)
+    return construction.decide(logits)
+
+
 def evaluate_words(construction: Construction, model: ExactTransformer, ids: torch.Tensor) -> dict[str, Any]:
-    lang = construction.lang()
-    tokens = lang.encode(ids).tokens
+    lang = language_of(construction, model)
+    batch = lang.encode(ids)
+    tokens = batch.tokens
     logits = readout_logits(model, tokens)
-    truth = lang.membership(ids)
-    correct = construction.decide(logits) == truth
+    truth = lang.targets(ids)  # membership bits, or class indices for tasks
+    correct = decisions(construction, logits, batch.n_positions) == truth
     ce = cross_entropy_bits(logits, truth)
     return {
         "strings": int(ids.shape[0]),
         "accuracy": float(correct.double().mean()),
-        "cross_entropy_bits": float(ce.mean()),
-        "min_abs_logit": float(logits.abs().min()),
+        "cross_entropy_bits": None if ce is None else float(ce.mean()),
+        "min_abs_logit": float(margins(construction, logits).min()),
         "errors": int((~correct).sum()),
         "finite": bool(torch.isfinite(logits).all()),
     }
@@ -118,8 +172,8 @@ def verify(
     model = model if model is not None else construction.make(dtype=dtype, **params)
     results = []
     for length in lengths:
-        construction.check_length(length)
-        ids, exhaustive = words_for_length(construction, length, strings, seed, exhaustive_limit)
+        check_model_length(construction, model, length)
+        ids, exhaustive = words_for_length(construction, length, strings, seed, exhaustive_limit, model)
         row = evaluate_words(construction, model, ids)
         results.append({
             "length": length,
@@ -134,8 +188,8 @@ def verify(
 
 def _check_length(construction: Construction, model: ExactTransformer, length: int, strings: int, seed: int
                   ) -> dict[str, Any]:
-    lang = construction.lang()
-    ids, exhaustive = words_for_length(construction, length, strings, seed, exhaustive_limit=256)
+    lang = language_of(construction, model)
+    ids, exhaustive = words_for_length(construction, length, strings, seed, exhaustive_limit=256, model=model)
     hard = lang.hard_words(length)
     if hard.shape[0]:
         ids = torch.cat([ids, hard])
@@ -165,9 +219,9 @@ def precision(
     construction = get(name)
     if max_length < 1:
         raise ExactLensError(f"max_length must be >= 1, got {max_length}")
-    construction.check_length(max_length)
     params = params or {}
     model = construction.make(dtype=dtype, **params)
+    check_model_length(construction, model, max_length)
     if lengths is None:
         grid = sorted(set(range(1, min(32, max_length) + 1)) | set(log_grid(max_length, 16, start=32)
                                                                    if max_length > 32 else []))

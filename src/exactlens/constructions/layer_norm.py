@@ -29,13 +29,13 @@ def double_for_post_ln(model: ExactTransformer, eps: float) -> ExactTransformer:
     [[W^V, 0], [-W^V, 0]] as one explicit 2d x 2d value matrix (d_head = 2d,
     W_O = I), so that single entries such as W̄^{V,1,1}_{6,2} (Fig. 3) are
     parameters. Queries and keys read the first half only; scores are divided
-    by sqrt(2d), the new model's sqrt(d).
+    by sqrt(2d), the new model's sqrt(d) (or by cfg.attn_scale when one is set).
     """
     cfg = model.cfg
     if cfg.normalization != "none":
         raise ExactLensError(f"double_for_post_ln takes a model without layer norm, got {cfg.normalization!r}")
-    if cfg.attn_scale is not None:
-        raise ExactLensError("double_for_post_ln expects the default 1/sqrt(d_head) scale")
+    # With the default scale the divisor becomes sqrt(2d) (the paper's); an explicit
+    # attn_scale (e.g. 1 in cookbook programs) is kept, so scores before LN are unchanged.
     d = cfg.d_model
     new = ExactTransformer(
         cfg.replace(

@@ -33,6 +33,7 @@ class Construction:
     max_length: int | None = None  # longest |w| the construction claims (None: any)
     min_length: int = 0  # shortest |w| it is defined for
     decide: Callable[[torch.Tensor], torch.Tensor] = accept_positive_logit
+    margin: Callable[[torch.Tensor], torch.Tensor] | None = None  # distance to the decision boundary (verify)
     tags: tuple[str, ...] = field(default_factory=tuple)
 
     def defaults(self) -> dict[str, Any]:
@@ -45,6 +46,7 @@ class Construction:
         if unknown:
             raise ExactLensError(f"{self.name} has no parameters {unknown}; it takes {sorted(self.defaults())}")
         model = self.build(dtype=dtype, **params)
+        model.cfg.model_name = self.name  # the registry name (parameters live in cfg.metadata)
         model.eval()
         return model
 

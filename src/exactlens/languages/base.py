@@ -84,6 +84,11 @@ class Language:
         """Vectorized membership of words of equal length, ids [batch, length] -> bool [batch]."""
         raise NotImplementedError
 
+    def targets(self, symbol_ids: torch.Tensor) -> torch.Tensor:
+        """What a model must output for each word: membership bits here; tasks
+        (majority, induction, ...) override with class indices or per-position targets."""
+        return self.membership(symbol_ids)
+
     # ---- sampling --------------------------------------------------------------
 
     def sample(self, length: int, count: int, generator: torch.Generator) -> torch.Tensor:

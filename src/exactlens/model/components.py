@@ -215,16 +215,18 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """One layer. Post-LN (Vaswani; Chiang & Cholak §2.2.2):
     c = LN1(x + Att(x)), a = LN2(c + FFN(c)); hook_resid_mid is c.
-    Pre-LN: c = x + Att(LN1(x)), a = c + FFN(LN2(c))."""
+    Pre-LN: c = x + Att(LN1(x)), a = c + FFN(LN2(c)).
+    mlp_residual=False: a = FFN(c) (post-LN: no LN2; pre-LN: a = FFN(LN2(c)))."""
 
     def __init__(self, cfg: ExactConfig, layer: int = 0):
         super().__init__()
         self.norm = cfg.normalization
+        self.mlp_residual = cfg.mlp_residual
         self.attn = Attention(cfg, layer)
         self.mlp = MLP(cfg, layer) if cfg.d_mlp > 0 else None
         if self.norm != "none":
             self.ln1 = LayerNorm(cfg)
-            if self.mlp is not None:
+            if self.mlp is not None and (self.norm == "pre" or self.mlp_residual):
                 self.ln2 = LayerNorm(cfg)
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
@@ -237,7 +239,10 @@ class Block(nn.Module):
         if self.mlp is None:
             return self.hook_resid_post(mid)
         mlp_in = self.ln2(mid) if self.norm == "pre" else mid
-        out = mid + self.hook_mlp_out(self.mlp(mlp_in))
+        mlp_out = self.hook_mlp_out(self.mlp(mlp_in))
+        if not self.mlp_residual:  # the FFN output replaces the stream (no add, no post-LN)
+            return self.hook_resid_post(mlp_out)
+        out = mid + mlp_out
         return self.hook_resid_post(self.ln2(out) if self.norm == "post" else out)
 
 

@@ -101,6 +101,9 @@ class ExactConfig:
     act_fn: str | tuple[str, ...] = "relu"
     mlp_bias: bool = True
     attn_bias: bool = True
+    # False: the FFN output replaces the stream, a = FFN(c), with no residual add and so
+    # no post-LN after it (Shin & Matzinger §4: the prediction is the second linear layer's output).
+    mlp_residual: bool = True
 
     # Positional encoding: either named features of (i, n), each mapped into the
     # residual stream by the rows of pos_embed.W_feat, or a learned table
@@ -156,6 +159,8 @@ class ExactConfig:
         _check_choice("dtype", self.dtype, tuple(DTYPES))
         if self.attn_scale is not None and not (self.attn_scale > 0 and math.isfinite(self.attn_scale)):
             raise ExactLensError(f"attn_scale must be a finite positive divisor or None, got {self.attn_scale!r}")
+        if not isinstance(self.mlp_residual, bool):
+            raise ExactLensError(f"mlp_residual must be True or False, got {self.mlp_residual!r}")
         if not self.ln_eps >= 0:
             raise ExactLensError(f"ln_eps must be >= 0, got {self.ln_eps!r}")
         if not self.hard_tie_tolerance >= 0:

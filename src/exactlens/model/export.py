@@ -132,6 +132,11 @@ def export_problems(model: Any, target: str, length: int | None = None) -> list[
             f"act_fn={cfg.act_fn!r} cannot be exported: {name} has one activation for all layers and no "
             "identity; allowed: act_fn='relu' or 'gelu'"
         )
+    if cfg.d_mlp > 0 and not cfg.mlp_residual:
+        problems.append(
+            f"mlp_residual=False (an FFN whose output replaces the stream) cannot be exported: {name} FFNs "
+            "always add to the residual stream; allowed: mlp_residual=True"
+        )
     if cfg.normalization != "none" and not cfg.ln_scale:
         problems.append(
             f"ln_scale=False (layer norm without its scaling) cannot be exported: {name} normalizations "

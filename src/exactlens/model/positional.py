@@ -38,6 +38,9 @@ _FEATURES: dict[str, FeatureFn] = {
     "I[i=n-1]": lambda i, n: (i == n - 1).to(i.dtype),
     "I[i<n/2]": lambda i, n: (2 * i < n).to(i.dtype),
     "I[i>=n/2]": lambda i, n: (2 * i >= n).to(i.dtype),
+    # Nowak et al. §3.2.1: markers of the left and right halves; both hold at the centre of odd n.
+    "I[i<=(n-1)/2]": lambda i, n: (2 * i <= n - 1).to(i.dtype),
+    "I[i>=(n-1)/2]": lambda i, n: (2 * i >= n - 1).to(i.dtype),
 }
 
 _SINUSOID = re.compile(r"^(sin|cos)\[(\d+)/(\d+)\]$")

@@ -201,8 +201,10 @@ def overview_sections(ctx: ReportContext) -> list[Section]:
 
 
 def _example_tokens(ctx: ReportContext, name: str) -> tuple[str, torch.Tensor]:
+    from exactlens.analysis.verify import language_of
+
     construction = get(name)
-    lang = construction.lang()
+    lang = language_of(construction, construction.make())  # with the parameters the model was built for
     length = ctx.settings.example_length
     if construction.max_length is not None:
         length = min(length, construction.max_length)
@@ -328,7 +330,8 @@ def _precision_plot(ctx: ReportContext, name: str, results: dict[str, dict[str, 
                 label=f"first failure ({dtype}): {fail}",
             )
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    if any(r["min_abs_logit"] > 0 for res in results.values() for r in res["checked"]):
+        ax.set_yscale("log")  # otherwise every logit sat on the boundary: nothing to draw on a log axis
     ax.set_xlabel("|w|")
     ax.set_ylabel("min |logit|")
     ax.set_title(name)
@@ -410,9 +413,15 @@ def construction_section(ctx: ReportContext, name: str) -> Section:
         )
     except Exception as err:  # a broken construction must not take the report down
         parts.append(ctx.error(f"{name}: building the model", err))
+    checks = (("verification", _verify_html), ("precision frontier", _precision_html))
+    if "regression" in construction.tags:  # real-valued outputs: no membership to verify here
+        parts.append(
+            "<p>A regression construction (real-valued outputs, no membership decision): its exactness "
+            "is checked in its paper's section of this report, not by verify/precision.</p>"
+        )
+        checks = ()
     for what, part in (
-        ("verification", _verify_html),
-        ("precision frontier", _precision_html),
+        *checks,
         ("attention and residual stream", _attention_and_residual_html),
     ):
         try:
@@ -531,6 +540,11 @@ SECTION_BUILDERS: list[SectionBuilder] = [
     overview_sections,
     construction_sections,
     chiang_figures_sections,
+    __import__("exactlens.viz.report_brody", fromlist=["brody_sections"]).brody_sections,
+    __import__("exactlens.viz.report_diff", fromlist=["diff_sections"]).diff_sections,
+    __import__("exactlens.viz.report_nowak", fromlist=["nowak_sections"]).nowak_sections,
+    __import__("exactlens.viz.report_examples", fromlist=["examples_sections"]).examples_sections,
+    __import__("exactlens.viz.report_shin_matzinger", fromlist=["shin_matzinger_sections"]).shin_matzinger_sections,
 ]
 
 

@@ -1,0 +1,1 @@
+"""Small offline data sets (nothing is downloaded)."""

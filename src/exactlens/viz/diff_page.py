@@ -1,0 +1,232 @@
+"""HTML for a circuit diff: summary, behaviour, the probe table as a heat map, head matching,
+weights, interventions, and circuitsvis attention views of both models side by side.
+
+:func:`diff_html` gives an HTML fragment (used by the report section); :func:`write_diff_page`
+writes a standalone page whose attention views (offline circuitsvis pages) sit in a folder next to
+it. Every text is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1200px; padding: 1em 2em; color: #222; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .85em; }
+th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; }
+th { background: #f4f4f4; } td.l { text-align: left; }
+.pair { display: flex; gap: 1em; } .pair > div { flex: 1; }
+iframe { width: 100%; height: 560px; border: 1px solid #ddd; }
+code { background: #f3f3f3; padding: 0 .2em; }
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _n(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return _e(value)
+
+
+def _table(headers: list[str], rows: list[list[Any]], left: int = 1) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td{' class=l' if j < left else ''}>{_n(v)}</td>" for j, v in enumerate(r)) + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _heat(r2: float | None) -> str:
+    """Cell colour: white (R^2 <= 0) to green (R^2 = 1); grey when there is no score."""
+    if r2 is None:
+        return "#eee"
+    v = max(0.0, min(1.0, r2))
+    return f"rgb({int(255 - 155 * v)},{int(255 - 55 * v)},{int(255 - 155 * v)})"
+
+
+def probe_heatmap(probes: dict[str, Any]) -> str:
+    sites = probes["sites"]
+    head = "<th>feature</th><th>positions</th><th>exact site</th>" + "".join(
+        f"<th><code>{_e(s)}</code></th>" for s in sites
+    )
+    rows = []
+    for f in probes["features"]:
+        cells = "".join(f'<td style="background:{_heat(f["r2"][s])}">{_n(f["r2"][s])}</td>' for s in sites)
+        rows.append(
+            f"<tr><td class=l>{_e(f['label'])}</td><td class=l>{_e(f['positions'])}</td>"
+            f"<td class=l><code>{_e(f['exact_site'])}</code></td>{cells}</tr>"
+        )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def diff_html(result: dict[str, Any], views: tuple[str, str] | None = None) -> str:
+    """The diff as an HTML fragment; ``views``: relative links to the trained and exact attention pages."""
+    s = result["summary"]
+    parts = [
+        f"<p>Trained model ({_e(result['trained'].get('kind'))}: "
+        f"{_e(result['trained'].get('path') or result['trained'].get('name') or result['trained']['class'])}) "
+        f"against <code>{_e(result['exact']['name'])}</code> ({_e(result['exact']['paper'])}), word lengths "
+        f"{_e(result['settings']['lengths'])}, {_e(result['settings']['strings'])} words per length.</p>",
+        _table(["summary", "value"], [[k, v] for k, v in s.items()]),
+    ]
+    if "behaviour" in result:
+        rows = [
+            [r["length"], r["strings"], r["trained_accuracy"], r["exact_accuracy"], r["agreement"]]
+            for r in result["behaviour"]["rows"]
+        ]
+        parts += ["<h3>Behaviour</h3>", _table(["|w|", "words", "trained acc", "exact acc", "agreement"], rows, 0)]
+    if "probes" in result:
+        parts += [
+            "<h3>Named features: held-out R^2 of a ridge probe per trained site</h3>",
+            "<p>Row: a residual label of the exact model (its value after the exact model's last layer; "
+            "<em>readout</em> rows use only the readout position). Column: a hook site of the trained "
+            "model. Green = the feature is a linear function of that activation on held-out words.</p>",
+            probe_heatmap(result["probes"]),
+        ]
+    if "attention" in result:
+        a = result["attention"]
+        rows = [
+            [f"L{m['trained_layer']} H{m['trained_head']}", f"L{m['exact_layer']} H{m['exact_head']}", m["distance"]]
+            for m in a["matching"]
+        ]
+        parts += [
+            "<h3>Attention</h3>",
+            f"<p>{_e(a['distance'])}; optimal one-to-one matching:</p>",
+            _table(["trained head", "exact head", "distance"], rows, 2),
+        ]
+        if a.get("cls_to_first"):
+            c = a["cls_to_first"]
+            rows = [
+                [r["length"], r["trained_summed"], r["exact_summed"], str(r["trained"]), str(r["exact"])]
+                for r in c["rows"]
+            ]
+            parts += [
+                f"<p>Attention from position {c['query_position']} (CLS) to position {c['key_position']} "
+                "(the first symbol), mean over words; summed over layers (mean over heads), and per layer "
+                "and head:</p>",
+                _table(
+                    ["|w|", "trained, summed", "exact, summed", "trained per layer/head", "exact per layer/head"],
+                    rows,
+                    0,
+                ),
+            ]
+    if "weights" in result:
+        rows = [
+            [
+                f"L{p['trained_layer']} H{p['trained_head']}",
+                f"L{p['exact_layer']} H{p['exact_head']}",
+                p["qk_cosine"],
+                p["qk_relative_error"],
+                p["ov_cosine"],
+                p["ov_relative_error"],
+                " ".join(f"{v:.3g}" for v in p["qk_singular_values"]["trained"][:4]),
+                " ".join(f"{v:.3g}" for v in p["qk_singular_values"]["exact"][:4]),
+            ]
+            for p in result["weights"]["pairs"]
+        ]
+        parts += [
+            "<h3>Weights (QK and OV in the exact label basis)</h3>",
+            _table(
+                [
+                    "trained",
+                    "exact",
+                    "QK cosine",
+                    "QK rel. error",
+                    "OV cosine",
+                    "OV rel. error",
+                    "QK sing. values (trained)",
+                    "QK sing. values (exact)",
+                ],
+                rows,
+                2,
+            ),
+        ]
+    if "interventions" in result:
+        rows = [
+            [
+                f["label"],
+                f["trained_site"],
+                f["exact_site"],
+                f["r2"],
+                f["pairs"],
+                f["iia"],
+                f["exact_changed"],
+                f["iia_changed"],
+            ]
+            for f in result["interventions"]["features"]
+        ]
+        parts += [
+            "<h3>Interchange interventions</h3>",
+            "<p>IIA: fraction of (base, counterfactual) pairs on which the trained model, patched along the "
+            "probe direction, decides as the exact model patched on the label; last column: only pairs whose "
+            "exact decision the patch changes.</p>",
+            _table(
+                ["feature", "trained site", "exact site", "R^2", "pairs", "IIA", "exact changed", "IIA (changed)"],
+                rows,
+                3,
+            ),
+        ]
+    if views is not None:
+        parts += [
+            "<h3>Attention on one word (circuitsvis)</h3>",
+            f'<div class="pair"><div><h4>trained</h4><iframe src="{_e(views[0])}"></iframe></div>'
+            f'<div><h4>exact</h4><iframe src="{_e(views[1])}"></iframe></div></div>',
+        ]
+    return "\n".join(parts)
+
+
+def attention_views(
+    result: dict[str, Any], trained: Any, folder: Path, word_length: int = 8
+) -> tuple[Path, Path] | None:
+    """Write circuitsvis pages of both models on one word into ``folder``; None if the trained model
+    is not an ExactTransformer (the views read cfg.vocab)."""
+    from exactlens.analysis.diff import resolve_trained
+    from exactlens.constructions import get
+    from exactlens.model import ExactTransformer
+    from exactlens.viz.attention import attention_view
+
+    model, _ = resolve_trained(trained)
+    if not isinstance(model, ExactTransformer):
+        return None
+    construction = get(result["exact"]["name"])
+    exact = construction.make(dtype=result["settings"]["exact_dtype"], **result["exact"]["params"])
+    lang = construction.lang()
+    length = min(word_length, max(result["settings"]["lengths"]))
+    ids = lang.sample(length, 1, torch.Generator().manual_seed(result["settings"]["seed"]))
+    tokens = lang.encode(ids).tokens[0]
+    word = lang.decode(ids)[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    t = attention_view(model, tokens, folder / "trained_attention.html", f"trained model on w = {word}")
+    e = attention_view(exact, tokens, folder / "exact_attention.html", f"{construction.name} on w = {word}")
+    return t, e
+
+
+def write_diff_page(result: dict[str, Any], path: str | Path, trained: Any = None) -> Path:
+    """A standalone page; with ``trained`` (model, checkpoint or name) also the attention views,
+    written to PATH_stem_files/ next to it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    views = None
+    if trained is not None:
+        folder = path.parent / f"{path.stem}_files"
+        written = attention_views(result, trained, folder)
+        if written is not None:
+            views = tuple(p.relative_to(path.parent).as_posix() for p in written)
+    title = f"exactlens diff against {result['exact']['name']}"
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{_e(title)}</title>\n'
+        f"<style>{_CSS}</style>\n</head>\n<body>\n<h1>{_e(title)}</h1>\n{diff_html(result, views)}\n"
+        "</body>\n</html>\n"
+    )
+    path.write_text(page, encoding="utf-8")
+    return path

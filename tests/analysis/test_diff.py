@@ -1,0 +1,222 @@
+"""exactlens.analysis.diff: a trained model against an exact construction.
+
+What would catch a wrong diff: an exact model against itself and against a copy whose residual
+basis is rotated by a random orthogonal matrix must score perfectly everywhere (no layer norm, so
+the rotation is an exact symmetry); a randomly initialized model must not; the flawed FIRST of
+§5.2 against FIRST must show the CLS -> position 1 attention of the closed forms and fail exactly
+where c <= log|w|. Expected values come from the papers' formulas, never from the diff itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from exactlens.analysis.diff import diff
+from exactlens.cli import main
+from exactlens.constructions import build
+from exactlens.errors import ExactLensError
+from exactlens.model import ExactConfig, ExactTransformer
+
+LENGTHS = [1, 2, 3, 4, 6, 8]
+
+
+def rotated_copy(model: ExactTransformer, seed: int = 0) -> ExactTransformer:
+    """The same function with residual x -> x R (R random orthogonal); labels dropped (no LN only)."""
+    assert model.cfg.normalization == "none"
+    d = model.cfg.d_model
+    q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    r = q.to(model.cfg.torch_dtype)
+    new = ExactTransformer(model.cfg.replace(residual_labels=None))
+    state = {}
+    for key, value in model.state_dict().items():
+        if key in ("embed.W_E", "pos_embed.W_feat") or key.endswith(("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")):
+            state[key] = value @ r  # writes into the residual
+        elif key.endswith(("attn.W_Q", "attn.W_K", "attn.W_V", "mlp.W_in")) or key == "unembed.W_U":
+            state[key] = r.T @ value  # reads from the residual
+        else:
+            state[key] = value
+    new.load_state_dict(state)
+    return new.eval()
+
+
+def assert_perfect(result: dict) -> None:
+    assert result["behaviour"]["agreement"] == 1.0
+    for feat in result["probes"]["features"]:
+        if not feat["constant"]:
+            assert feat["best_r2"] > 0.9999, feat
+            # a computed feature is found at the same residual site as in the exact model
+            assert feat["best_residual_site"] == feat["exact_site"], feat
+    for m in result["attention"]["matching"]:
+        assert (m["trained_layer"], m["trained_head"]) == (m["exact_layer"], m["exact_head"])
+        assert m["distance"] < 1e-9
+    for p in result["weights"]["pairs"]:
+        for kind in ("qk", "ov"):
+            if p[f"{kind}_norm_exact"] > 1e-9:
+                assert p[f"{kind}_cosine"] > 1 - 1e-9 and p[f"{kind}_relative_error"] < 1e-6, p
+            else:
+                assert p[f"{kind}_norm_trained"] < 1e-9, p
+    features = result["interventions"]["features"]
+    assert features, "no computed feature was intervened on"
+    for feat in features:
+        assert feat["iia"] == 1.0, feat
+        assert feat["iia_changed"] in (None, 1.0), feat
+    assert any(f["exact_changed"] > 0.2 for f in features)
+
+
+@pytest.mark.parametrize("name", ["first", "parity"])
+def test_exact_against_itself(name: str) -> None:
+    result = diff(build(name, dtype="float64"), name, lengths=LENGTHS, strings=32)
+    assert_perfect(result)
+    json.dumps(result, allow_nan=False)
+
+
+@pytest.mark.parametrize("name", ["first", "parity"])
+def test_rotated_residual_basis_is_invisible(name: str) -> None:
+    model = rotated_copy(build(name, dtype="float64"), seed=3)
+    x = torch.tensor([[2, 1, 0, 1]])
+    assert torch.allclose(model(x), build(name, dtype="float64")(x), atol=1e-12)  # the copy is the same function
+    assert_perfect(diff(model, name, lengths=LENGTHS, strings=32))
+
+
+def test_random_model_scores_low() -> None:
+    exact = build("parity", dtype="float64")
+    model = ExactTransformer(exact.cfg.replace(residual_labels=None)).init_weights(seed=1).eval()
+    result = diff(model, "parity", lengths=LENGTHS, strings=32)
+    assert result["behaviour"]["agreement"] < 0.8
+    computed = {f["label"]: f["best_r2"] for f in result["probes"]["features"]}
+    assert computed["s"] < 0.5 and computed["I[i=k]/n"] < 0.5  # the circuit's own features are absent
+    assert all(abs(p["qk_cosine"]) < 0.9 for p in result["weights"]["pairs"] if p["qk_cosine"] is not None)
+    assert all(f["iia_changed"] is None or f["iia_changed"] <= 0.75 for f in result["interventions"]["features"])
+
+
+def test_flawed_first_against_first_section_5_2() -> None:
+    """Flawed FIRST (c = 3, one layer) against FIRST (c = 1): CLS -> position 1 is e^c/(e^c + n - 1) in
+    the flawed head and in FIRST's second-layer head, 1/n in FIRST's first layer (W^Q = W^K = 0);
+    the flawed model is right iff c > log|w|, i.e. |w| <= 20 for c = 3 (§5.2)."""
+    lengths = [2, 8, 20, 21, 30]
+    result = diff(build("first-flawed", dtype="float64", c=3.0), "first", lengths=lengths, strings=64)
+    rows = {r["length"]: r for r in result["attention"]["cls_to_first"]["rows"]}
+    for length in lengths:
+        n = length + 1
+        assert rows[length]["trained"][0][0] == pytest.approx(math.exp(3) / (math.exp(3) + n - 1), rel=1e-9)
+        assert rows[length]["exact"][1][0] == pytest.approx(math.e / (math.e + n - 1), rel=1e-9)
+        assert rows[length]["exact"][0][0] == pytest.approx(1 / n, rel=1e-9)
+    (m,) = result["attention"]["matching"]
+    assert (m["trained_layer"], m["exact_layer"]) == (0, 1)  # the flawed head is FIRST's second-layer head
+    behaviour = {r["length"]: r for r in result["behaviour"]["rows"]}
+    assert all(behaviour[n]["trained_accuracy"] == 1.0 for n in (2, 8, 20))
+    assert behaviour[21]["trained_accuracy"] < 1.0 and behaviour[30]["trained_accuracy"] < 1.0
+    (pair,) = result["weights"]["pairs"]
+    assert pair["qk_cosine"] > 1 - 1e-9  # same query/key circuit (CLS looks for I[i=1]) ...
+    assert abs(pair["ov_cosine"]) < 1e-6  # ... but values from the tokens, not from I[w_1 = 1] (§5.2)
+    and_feature = next(f for f in result["probes"]["features"] if f["label"] == "I[w_i=1 & i=1]")
+    assert and_feature["best_r2"] < 0.9  # an AND is no linear function of the one-layer model's activations
+
+
+def test_bridge_export_against_its_construction() -> None:
+    pytest.importorskip("transformer_lens.model_bridge")
+    bridge = build("first", dtype="float64").to_bridge(length=9)
+    result = diff(bridge, "first", lengths=[1, 2, 4, 8], strings=16, parts=("behaviour", "probes", "attention"))
+    assert result["behaviour"]["agreement"] == 1.0
+    assert result["trained"]["vocab_check"].startswith("size only")
+    assert all(m["distance"] < 1e-9 for m in result["attention"]["matching"])
+    assert all(f["best_r2"] > 0.9999 for f in result["probes"]["features"] if not f["constant"])
+
+
+def test_bad_input() -> None:
+    model = build("first", dtype="float64")
+    with pytest.raises(ExactLensError, match="unknown construction"):
+        diff(model, "no-such-thing")
+    other = ExactTransformer(ExactConfig(d_model=4, n_layers=1, d_vocab=3, vocab=("a", "b", "[CLS]")))
+    with pytest.raises(ExactLensError, match="vocabulary"):
+        diff(other, "first")
+    learned = ExactTransformer(
+        ExactConfig(
+            d_model=4,
+            n_layers=1,
+            d_vocab=3,
+            vocab=("0", "1", "[CLS]"),
+            positional_features=("learned",),
+            n_ctx=5,
+            readout="sigmoid",
+        )
+    )
+    with pytest.raises(ExactLensError, match="n_ctx=5"):
+        diff(learned, "first", lengths=[4, 5])
+    with pytest.raises(ExactLensError, match="parts"):
+        diff(model, "first", parts=("probes", "vibes"))
+
+
+def test_cli_json_html_and_errors(tmp_path, capsys) -> None:
+    page = tmp_path / "diff.html"
+    code = main(
+        [
+            "diff",
+            "first-flawed",
+            "--against",
+            "first",
+            "--lengths",
+            "1:4",
+            "--strings",
+            "16",
+            "--json",
+            "--html",
+            str(page),
+        ]
+    )
+    out = capsys.readouterr()
+    assert code == 0
+    result = json.loads(out.out)  # exactly one JSON object on stdout
+    assert {
+        "trained",
+        "exact",
+        "settings",
+        "behaviour",
+        "probes",
+        "attention",
+        "weights",
+        "interventions",
+        "summary",
+    } <= set(result)
+    text = page.read_text()
+    assert "I[w_i=1 &amp; i=1]" in text and "<iframe" in text
+    assert (tmp_path / "diff_files" / "trained_attention.html").is_file()
+    assert main(["diff", str(tmp_path), "--against", "first"]) == 2  # a directory without a checkpoint
+    assert "not an exactlens checkpoint" in capsys.readouterr().err
+    assert main(["diff", "no-such-model", "--against", "first"]) == 2
+    assert "neither a checkpoint directory nor a construction name" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_trained_scaled_first_matches_the_exact_head() -> None:
+    """A scaled FIRST model (log-n attention, §5.3) trained on |w| <= 10: its second-layer head is
+    matched to the exact second-layer head, and at long words it still puts far more attention on
+    position 1 than the 1/n of a uniform head."""
+    from exactlens.train import train
+
+    run = train(
+        "first",
+        seed=0,
+        epochs=150,
+        strings_per_epoch=100,
+        batch_size=10,
+        train_length=[1, 10],
+        test_length=50,
+        test_strings=100,
+        eval_every=0,
+        lr=1e-3,
+        scaled=True,
+    )
+    result = diff(run.model, "first-log", lengths=[2, 8, 32, 128], strings=32)
+    assert result["behaviour"]["trained_accuracy"] == 1.0
+    pairs = {
+        (m["trained_layer"], m["trained_head"]): (m["exact_layer"], m["exact_head"])
+        for m in result["attention"]["matching"]
+    }
+    assert pairs[(1, 0)] == (1, 0)
+    longest = result["attention"]["cls_to_first"]["rows"][-1]
+    assert longest["trained"][1][0] > 10 / (longest["length"] + 1)
