@@ -17,7 +17,6 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from exactlens.viz.report import build_report
 
 pytestmark = pytest.mark.browser
 
@@ -30,9 +29,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser")
-# Report sections whose pages the browser opens: the whole quick report would
-# repeat work test_report.py already does; these cover index + attention views.
-NAMES = ["parity", "first-log"]
+# The attention view that the negative control strips of its JavaScript.
+CONTROL_VIEW = "parity"
 
 
 def _browser_path() -> str | None:
@@ -65,10 +63,8 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("browser-report")
-    build_report(NAMES, out, quick=True)
-    return out
+def report(quick_report: Path) -> Path:
+    return quick_report
 
 
 class PageVisit:
@@ -130,18 +126,27 @@ def test_index_opens_without_errors_or_outside_requests(browser, report: Path) -
         visit.close()
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_attention_view_renders(browser, report: Path, name: str, tmp_path: Path) -> None:
-    view = report / "attention" / f"{name}.html"
-    visit = _visit(browser, report, view)
+def test_every_attention_view_renders(browser, report: Path, tmp_path: Path) -> None:
+    """Each attention/*.html of the report (one per construction and more), in one page."""
+    views = sorted((report / "attention").glob("*.html"))
+    assert len(views) >= 20, [v.name for v in views]
+    visit = PageVisit(browser, report)
+    failures = []
     try:
-        assert _drawn(visit.page, timeout_ms=10_000), f"{view.name}: circuitsvis drew nothing"
-        assert visit.problems == []
-        shot = tmp_path / f"{name}.png"
-        visit.page.screenshot(path=str(shot), full_page=True)
-        assert _distinct_colours(shot) > 10, f"{view.name}: the screenshot is (nearly) blank"
+        for view in views:
+            visit.problems.clear()
+            visit.open(view)
+            if not _drawn(visit.page, timeout_ms=10_000):
+                failures.append(f"{view.name}: circuitsvis drew nothing")
+                continue
+            shot = tmp_path / f"{view.stem}.png"
+            visit.page.screenshot(path=str(shot), full_page=True)
+            if _distinct_colours(shot) <= 10:
+                failures.append(f"{view.name}: the screenshot is (nearly) blank")
+            failures += [f"{view.name}: {p}" for p in visit.problems]
     finally:
         visit.close()
+    assert failures == []
 
 
 def _drawn(page, timeout_ms: int) -> bool:
@@ -160,7 +165,7 @@ def test_a_view_without_its_javascript_counts_as_blank(browser, report: Path) ->
     """The render check itself can fail: strip the inlined scripts and it must."""
     import re
 
-    view = report / "attention" / f"{NAMES[0]}.html"
+    view = report / "attention" / f"{CONTROL_VIEW}.html"
     blank = report / "attention" / "blank-for-test.html"
     blank.write_text(re.sub(r"<script[\s\S]*?</script>", "", view.read_text(encoding="utf-8")), encoding="utf-8")
     try:

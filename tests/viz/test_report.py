@@ -22,12 +22,12 @@ NETWORK = re.compile(
 )
 
 
+
+
+
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("report")
-    index = build_report(None, out, quick=True)
-    assert index == out / "index.html"
-    return out
+def report(quick_report: Path) -> Path:
+    return quick_report
 
 
 def _strict_json(path: Path):

@@ -1,0 +1,24 @@
+"""One quick report per test run, shared by the report and browser tests.
+
+Under pytest-xdist each worker is its own process: the first to get the lock builds the
+report in the run's shared temporary folder, the others wait and reuse it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from exactlens.viz.report import build_report
+
+
+@pytest.fixture(scope="session")
+def quick_report(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    out = shared / "quick-report"
+    with FileLock(str(shared / "quick-report.lock")):
+        if not (out / "index.html").exists():  # the builder holds the lock until it is done
+            index = build_report(None, out, quick=True)
+            assert index == out / "index.html"
+    return out
