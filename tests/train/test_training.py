@@ -219,3 +219,40 @@ def test_cli_train_json(tmp_path, capsys):
     assert info["options"]["train_length"] == [1, 4] and info["steps"] == 2
     assert ExactTransformer.load(out).cfg.model_name == "trained-first"
     assert cli_main(["train", "first", "--out", str(out), "--train-length", "x"]) == 2
+
+
+def test_query_angle_is_the_query_direction_on_the_normalized_keys():
+    """Independent check: the CLS score of key j is a function of LN's normalized vector n_j;
+    its gradient with respect to n_j is the query's direction in that space (w * W_K q)."""
+    from exactlens.languages import get as get_language
+    from exactlens.train.loop import evaluate
+
+    run = train("majority", seed=1, epochs=2, strings_per_epoch=32, test_strings=16, train_length=9, test_length=9)
+    model = run.model.double()
+    with torch.no_grad():  # a gain far from 1, so that leaving it out would show
+        model.blocks[0].ln1.w.copy_(torch.linspace(0.2, 3.0, model.cfg.d_model, dtype=torch.float64))
+    lang = get_language("majority")
+    batch = sample_batch(lang, 6, (9, 9), torch.Generator().manual_seed(0))
+    captured = {}
+
+    def keep_normalized(tensor, hook):
+        tensor.retain_grad()
+        captured["n"] = tensor
+        return tensor
+
+    def keep_scores(tensor, hook):
+        captured["scores"] = tensor
+
+    model.run_with_hooks(
+        batch.tokens,
+        n_positions=batch.n_positions,
+        fwd_hooks=[("blocks.0.ln1.hook_normalized", keep_normalized), ("blocks.0.attn.hook_attn_scores", keep_scores)],
+    )
+    angles = []
+    for row in range(6):
+        key = 3  # any key position: the score's gradient in n_key is the same direction
+        grad = torch.autograd.grad(captured["scores"][row, 0, 0, key], captured["n"], retain_graph=True)[0][row, key]
+        cos = grad.sum().abs() / (grad.norm() * math.sqrt(model.cfg.d_model))
+        angles.append(float(torch.rad2deg(torch.arccos(cos.clamp(max=1.0)))))
+    expected = sum(angles) / len(angles)
+    assert evaluate(model, batch)["query_angle_deg"] == pytest.approx(expected, abs=1e-6)

@@ -110,7 +110,8 @@ def evaluate(model: ExactTransformer, batch: Batch) -> dict[str, float]:
     attn_first = CLS's attention weight on position 1, summed over layers and averaged
     over heads and strings (Chiang & Cholak Fig. 4, bottom); query_angle_deg = angle
     between the first layer's CLS query, as a direction in the (normalized) residual
-    space (W_K q), and the line through the all-ones vector (Brody et al. Fig. 2b)."""
+    space (w * W_K q, with w the pre-LN gain), and the line through the all-ones vector
+    (Brody et al. Fig. 2b)."""
     cfg = model.cfg
     width = batch.tokens.shape[1]
     chunk = max(1, EVAL_SCORE_BUDGET // (cfg.n_heads * width * width))
@@ -138,6 +139,8 @@ def evaluate(model: ExactTransformer, batch: Batch) -> dict[str, float]:
             if "blocks.0.attn.hook_q" in captured:
                 q = captured["blocks.0.attn.hook_q"][:, 0]  # [b, h, d_head] at CLS
                 direction = torch.einsum("bhd,hmd->bhm", q, model.blocks[0].attn.W_K)
+                if cfg.normalization == "pre":  # keys are LN(x) W_K with LN(x) = n(x) * w + b: the
+                    direction = direction * model.blocks[0].ln1.w  # query acts on n(x) through w * (W_K q)
                 cos = direction.sum(-1).abs() / (direction.norm(dim=-1) * math.sqrt(cfg.d_model)).clamp(min=1e-30)
                 total_angle += float(torch.rad2deg(torch.arccos(cos.clamp(max=1.0))).mean(1).sum())
     finally:
