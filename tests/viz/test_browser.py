@@ -17,7 +17,6 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-
 pytestmark = pytest.mark.browser
 
 CHROMIUM_ARGS = [

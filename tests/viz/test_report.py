@@ -22,9 +22,6 @@ NETWORK = re.compile(
 )
 
 
-
-
-
 @pytest.fixture(scope="module")
 def report(quick_report: Path) -> Path:
     return quick_report
@@ -57,7 +54,7 @@ def test_nothing_is_fetched_from_the_network(report: Path) -> None:
         if path.suffix in (".html", ".json", ".css", ".js", ".svg"):
             text = path.read_text(encoding="utf-8")
             match = NETWORK.search(text)
-            assert match is None, f"{path}: network reference {text[match.start():match.end() + 40]!r}"
+            assert match is None, f"{path}: network reference {text[match.start() : match.end() + 40]!r}"
             assert "unpkg.com" not in text and "cdn.jsdelivr" not in text
 
 
