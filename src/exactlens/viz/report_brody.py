@@ -103,7 +103,7 @@ def _majority_html(ctx: ReportContext) -> str:
     from exactlens.analysis.brody_majority import majority_data, plot_majority, report_options
     from exactlens.viz.report import esc, figure, fmt, table
 
-    data = majority_data(seeds=(0,) if ctx.quick else (0, 1), **report_options(ctx.quick))
+    data = majority_data(seeds=(0,) if ctx.quick else (0, 1, 2), **report_options(ctx.quick))
     rel = ctx.write_json("brody-majority.json", data)
     png = plot_majority(data, ctx.asset("figures", "brody-majority.png"))
     rows = [
@@ -114,7 +114,7 @@ def _majority_html(ctx: ReportContext) -> str:
         "<h3>Fig. 2-3: MAJORITY with and without LN's projection</h3>"
         f"<p>One-layer, d = 8 models on MAJORITY ({data['options'].get('num_classes')} classes, |w| = "
         f"{data['options'].get('train_length')}), with full LN and with LN without its projection (scaling "
-        f"only), {len(data['seeds'])} seed(s), short training for the report (the full run is "
+        f"only), {len(data['seeds'])} seed(s), the README's 800-step setting (script: "
         "<code>benchmarks/brody_majority.py</code>). Steps until the test accuracy first reaches "
         f"{fmt(data['threshold'])}, and the angle between the CLS query (as a direction of the normalised "
         "residual space) and the line of the ones vector.</p>"
