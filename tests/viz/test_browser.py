@@ -73,6 +73,9 @@ class PageVisit:
         self.root = root.resolve()
         self.context = browser.new_context(offline=True, java_script_enabled=True)
         self.page = self.context.new_page()
+        # The index embeds every attention view (lazy iframes, ~1.3 MB of inlined JavaScript
+        # each): on a busy 2-core machine its "load" event can take well over 30 s.
+        self.page.set_default_timeout(180_000)
         self.problems: list[str] = []
         self.page.on("console", self._console)
         self.page.on("pageerror", lambda exc: self.problems.append(f"uncaught exception: {exc}"))
