@@ -140,9 +140,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: ExactConfig, layer: int = 0):
         super().__init__()
         self.cfg = cfg
-        self.mask = cfg.per_layer("attention_mask")[layer]
-        self.weighting = cfg.per_layer("attention_weighting")[layer]
-        self.length_scale = cfg.per_layer("attn_length_scale")[layer]
+        self.layer = layer
         h, m, d = cfg.n_heads, cfg.d_model, cfg.d_head
         dt = cfg.torch_dtype
         self.W_Q = _param(h, m, d, dtype=dt)
@@ -156,6 +154,19 @@ class Attention(nn.Module):
         for name in ("q", "k", "v", "attn_scores", "pattern", "z", "result"):
             setattr(self, f"hook_{name}", HookPoint())
 
+    # This layer's per-layer switches, read from the config (not copied, so they cannot go stale).
+    @property
+    def mask(self) -> str:
+        return self.cfg.per_layer("attention_mask")[self.layer]
+
+    @property
+    def weighting(self) -> str:
+        return self.cfg.per_layer("attention_weighting")[self.layer]
+
+    @property
+    def length_scale(self) -> str:
+        return self.cfg.per_layer("attn_length_scale")[self.layer]
+
     def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, n_positions: torch.Tensor) -> torch.Tensor:
         """allowed: bool [batch, 1, query, key], or None when every query sees every key."""
         cfg = self.cfg
@@ -165,10 +176,11 @@ class Attention(nn.Module):
         # Scores (q . k) / divisor [* log n]; the per-row factor is applied to q so
         # that the [query, key] matrix is swept once (one product, one softmax).
         q_rows = q.permute(0, 2, 1, 3) * (1.0 / cfg.scale_divisor)  # [b, h, q, d]
-        if self.length_scale == "log_n":  # Chiang & Cholak eq. 2
+        length_scale = self.length_scale
+        if length_scale == "log_n":  # Chiang & Cholak eq. 2
             q_rows = q_rows * torch.log(n_positions.to(x.dtype))[:, None, None, None]
         scores = q_rows @ k.permute(0, 2, 3, 1)  # [b, h, q, k]
-        if self.length_scale == "log_visible":
+        if length_scale == "log_visible":
             seen = allowed.sum(-1, keepdim=True) if allowed is not None else torch.tensor(float(x.shape[1]))
             scores = scores * torch.log(seen.clamp(min=1).to(scores.dtype))
         if allowed is not None:
@@ -203,13 +215,15 @@ class MLP(nn.Module):
         self.b_in = _param(cfg.d_mlp, dtype=dt, trainable=cfg.mlp_bias)
         self.W_out = _param(cfg.d_mlp, cfg.d_model, dtype=dt)
         self.b_out = _param(cfg.d_model, dtype=dt, trainable=cfg.mlp_bias)
-        self.act = _ACTIVATIONS[cfg.per_layer("act_fn")[layer]]
+        self.cfg = cfg
+        self.layer = layer
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pre = self.hook_pre(x @ self.W_in + self.b_in)
-        return self.hook_post(self.act(pre)) @ self.W_out + self.b_out
+        act = _ACTIVATIONS[self.cfg.per_layer("act_fn")[self.layer]]
+        return self.hook_post(act(pre)) @ self.W_out + self.b_out
 
 
 class Block(nn.Module):
