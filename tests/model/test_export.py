@@ -268,6 +268,8 @@ UNSUPPORTED = [
     (dict(attention_mask=("causal", "none")), "attention_mask=('causal', 'none')"),
     (dict(d_mlp=4, act_fn=("relu", "gelu")), "act_fn=('relu', 'gelu')"),
     (dict(normalization="pre", ln_scale=False), "ln_scale=False"),
+    (dict(normalization=("pre", "none")), "normalization=('pre', 'none')"),
+    (dict(normalization="pre", ln_select=True), "ln_select=True"),
 ]
 
 
@@ -291,7 +293,7 @@ def test_per_layer_values_that_agree_export(target: str) -> None:
         n_ctx=4,
         attention_mask=("causal", "causal"),
         act_fn=("gelu", "gelu"),
-        normalization="pre",
+        normalization=("pre", "pre"),
     )
     assert export_problems(cfg, target) == []
 

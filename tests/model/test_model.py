@@ -144,6 +144,8 @@ def naive_forward(model: ExactTransformer, tokens: torch.Tensor, n_positions: to
             out[f"blocks.{layer}.{name}"] = torch.full((B, T, D), nan, dtype=F64)
 
     def ln(x: torch.Tensor, prefix: str) -> torch.Tensor:
+        if cfg.ln_select:  # Cookbook §5.3.3: LN reads x @ W_select
+            x = torch.stack([sum(x[r] * P[f"{prefix}.W_select"][r, c] for r in range(D)) for c in range(D)])
         if cfg.ln_center:
             x = x - sum(x.tolist()) / D
         if not cfg.ln_scale:
@@ -166,11 +168,11 @@ def naive_forward(model: ExactTransformer, tokens: torch.Tensor, n_positions: to
             xs.append(P["embed.W_E"][int(tokens[b, i])] + pos)
         for layer in range(L):
             pre = f"blocks.{layer}"
-            mask, weighting, length_scale, act = (
+            mask, weighting, length_scale, act, norm = (
                 cfg.per_layer(name)[layer]
-                for name in ("attention_mask", "attention_weighting", "attn_length_scale", "act_fn")
+                for name in ("attention_mask", "attention_weighting", "attn_length_scale", "act_fn", "normalization")
             )
-            a_in = [ln(x, f"{pre}.ln1") for x in xs] if cfg.normalization == "pre" else xs
+            a_in = [ln(x, f"{pre}.ln1") for x in xs] if norm == "pre" else xs
             q = [[a_in[i] @ P[f"{pre}.attn.W_Q"][h] + P[f"{pre}.attn.b_Q"][h] for i in range(n)] for h in range(H)]
             k = [[a_in[i] @ P[f"{pre}.attn.W_K"][h] + P[f"{pre}.attn.b_K"][h] for i in range(n)] for h in range(H)]
             v = [[a_in[i] @ P[f"{pre}.attn.W_V"][h] + P[f"{pre}.attn.b_V"][h] for i in range(n)] for h in range(H)]
@@ -195,22 +197,23 @@ def naive_forward(model: ExactTransformer, tokens: torch.Tensor, n_positions: to
                     attn_out = attn_out + z @ P[f"{pre}.attn.W_O"][h]
                 out[f"{pre}.hook_attn_out"][b, i] = attn_out
                 mid = xs[i] + attn_out
-                mids.append(ln(mid, f"{pre}.ln1") if cfg.normalization == "post" else mid)
+                mids.append(ln(mid, f"{pre}.ln1") if norm == "post" else mid)
             new = []
             for i in range(n):
                 out[f"{pre}.hook_resid_mid"][b, i] = mids[i]
                 if cfg.d_mlp == 0:
                     new.append(mids[i])
                     continue
-                m_in = ln(mids[i], f"{pre}.ln2") if cfg.normalization == "pre" else mids[i]
+                m_in = ln(mids[i], f"{pre}.ln2") if norm == "pre" else mids[i]
                 hidden = naive_act(m_in @ P[f"{pre}.mlp.W_in"] + P[f"{pre}.mlp.b_in"], act)
                 res = mids[i] + hidden @ P[f"{pre}.mlp.W_out"] + P[f"{pre}.mlp.b_out"]
-                new.append(ln(res, f"{pre}.ln2") if cfg.normalization == "post" else res)
+                new.append(ln(res, f"{pre}.ln2") if norm == "post" else res)
             xs = new
             for i in range(n):
                 out[f"{pre}.hook_resid_post"][b, i] = xs[i]
         for i in range(n):
-            x = ln(xs[i], "ln_final") if cfg.normalization == "pre" else xs[i]
+            final_ln = set(cfg.per_layer("normalization")) == {"pre"}  # only a pre-LN model in every layer
+            x = ln(xs[i], "ln_final") if final_ln else xs[i]
             out["logits"][b, i] = x @ P["unembed.W_U"] + P["unembed.b_U"]
     return out
 
@@ -274,11 +277,19 @@ def test_matches_naive_reimplementation(index, mask, weighting, norm, dtype):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_per_layer_switches_match_naive_reimplementation(seed):
-    """Each layer with its own mask, weighting, length scale and activation."""
+    """Each layer with its own mask, weighting, length scale, activation and normalization
+    (seeds 0-5: one normalization for all layers; 6-11: per layer, selective LN where no
+    layer is post-LN)."""
     rng = torch.Generator().manual_seed(seed)
 
     def pick(options):
         return tuple(options[int(i)] for i in torch.randint(len(options), (3,), generator=rng))
+
+    if seed < 6:
+        norm, select = NORMALIZATIONS[seed % 3], False
+    else:
+        norm = pick(NORMALIZATIONS if seed % 2 else ("none", "pre"))
+        select = "post" not in norm
 
     model = make_model(
         seed=100 + seed,
@@ -288,7 +299,8 @@ def test_per_layer_switches_match_naive_reimplementation(seed):
         attention_weighting=pick(("softmax", "average_hard", "unique_hard_left", "unique_hard_right", "none")),
         attn_length_scale=pick(LENGTH_SCALES),
         act_fn=pick(ACTS),
-        normalization=NORMALIZATIONS[seed % 3],
+        normalization=norm,
+        ln_select=select,
         d_mlp=4,
         dtype="float64",
     )
@@ -306,7 +318,7 @@ def test_per_layer_switch_validation_and_round_trip(tmp_path):
     with pytest.raises(ExactLensError, match=r"attention_weighting\[1\]='soft' is not allowed"):
         ExactConfig(**{**BASE, "attention_weighting": ("softmax", "soft")})
     with pytest.raises(ExactLensError, match="not a per-layer switch"):
-        ExactConfig(**BASE).per_layer("normalization")
+        ExactConfig(**BASE).per_layer("ln_eps")
     with pytest.raises(ExactLensError, match="leave nothing of layer norm"):
         ExactConfig(**{**BASE, "normalization": "pre", "ln_center": False, "ln_scale": False})
     cfg = ExactConfig(**{**BASE, "attention_mask": ["causal", "none"], "act_fn": "gelu"})
@@ -1242,3 +1254,38 @@ def test_sigmoid_readout_reads_its_position(position):
         assert float(got[b]) == float(logits[b, position if position >= 0 else n + position])
     with pytest.raises(ExactLensError, match="readout='sigmoid'"):
         make_model().readout_logits(tokens)
+
+
+def test_per_layer_normalization_and_selective_ln(tmp_path):
+    """normalization per layer (final LN only when every layer is pre-LN) and ln_select."""
+    with pytest.raises(ExactLensError, match=r"normalization\[1\]='mid' is not allowed"):
+        ExactConfig(**{**BASE, "normalization": ("pre", "mid")})
+    with pytest.raises(ExactLensError, match="ln_select=True .* defined for pre-LN"):
+        ExactConfig(**{**BASE, "normalization": ("post", "none"), "ln_select": True})
+    with pytest.raises(ExactLensError, match="ln_select must be True or False"):
+        ExactConfig(**{**BASE, "ln_select": 1})
+    assert ExactConfig(**{**BASE, "normalization": ("pre", "pre")}).final_ln
+    mixed = make_model(seed=5, normalization=("pre", "none"), ln_select=True, dtype="float64")
+    assert not mixed.cfg.final_ln and not hasattr(mixed, "ln_final") and not hasattr(mixed.blocks[1], "ln1")
+    assert mixed.cfg.normalization_type is None  # TransformerLens's decompositions do not apply
+    # the selector is what LN reads: zeroing every row but two leaves LN of those two components
+    with torch.no_grad():
+        keep = torch.zeros(6, 6, dtype=F64)
+        keep[0, 0] = keep[3, 3] = 1.0
+        mixed.blocks[0].ln1.W_select.copy_(keep)
+        mixed.blocks[0].ln1.w.fill_(1.0)
+        mixed.blocks[0].ln1.b.zero_()
+    tokens = random_tokens(2, 5, 5)
+    _, cache = mixed.run_with_cache(tokens)
+    x = cache["blocks.0.hook_resid_pre"]
+    picked = torch.zeros_like(x)
+    picked[..., [0, 3]] = x[..., [0, 3]]
+    centred = picked - picked.mean(-1, keepdim=True)
+    want = centred / (centred.pow(2).mean(-1, keepdim=True) + mixed.cfg.ln_eps).sqrt()
+    torch.testing.assert_close(cache["blocks.0.ln1.hook_normalized"], want, atol=1e-12, rtol=0)
+    mixed.save(tmp_path / "m")
+    again = ExactTransformer.load(tmp_path / "m")
+    assert again.cfg.normalization == ("pre", "none") and again.cfg.ln_select
+    torch.testing.assert_close(again(tokens), mixed(tokens), atol=0, rtol=0)
+    fresh = ExactTransformer(mixed.cfg).init_weights(seed=1)
+    torch.testing.assert_close(fresh.blocks[0].ln1.W_select, torch.eye(6, dtype=F64), atol=0, rtol=0)

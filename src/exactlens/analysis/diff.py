@@ -93,7 +93,11 @@ def _side(model: Any, info: dict[str, Any], readout_position: int, exact_side: b
             f"directory, a construction name or a TransformerBridge), got {type(model).__name__}"
         )
     if _is_exact(model):
-        norm = cfg.normalization
+        norm = cfg.uniform("normalization")
+        if norm is None:
+            raise ExactLensError(
+                f"diff compares models with one normalization for all layers; this one has {cfg.normalization!r}"
+            )
         readout = cfg.readout_position
         max_pos = cfg.n_ctx if cfg.learned_positions else None
     else:

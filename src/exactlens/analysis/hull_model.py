@@ -130,7 +130,8 @@ def _model_facts(model: Any) -> dict[str, Any]:
     from exactlens.model.config import ExactConfig
 
     if isinstance(cfg, ExactConfig):
-        facts["normalization"] = cfg.normalization
+        uniform = cfg.uniform("normalization")
+        facts["normalization"] = uniform if uniform is not None else list(cfg.per_layer("normalization"))
         facts["normalization_source"] = "ExactConfig.normalization"
     else:
         kind = getattr(cfg, "normalization_type", None)
@@ -255,9 +256,12 @@ def unselectable_by_layer(
         acts = cache[name].detach().cpu().to(torch.float64).numpy()
         return [acts[s, :n] for s, n in enumerate(lengths)]
 
-    pre_ln = facts["normalization"] == "pre"
+    per_layer = facts["normalization"]
+    if isinstance(per_layer, str):
+        per_layer = [per_layer] * n_layers
     layers = []
     for layer in range(n_layers):
+        pre_ln = per_layer[layer] == "pre"
         entry: dict[str, Any] = {"layer": layer}
         hook = f"blocks.{layer}.hook_resid_pre"
         entry["before_ln"] = {"hook": hook, "dim": facts["d_model"],
@@ -296,7 +300,10 @@ def unselectable_by_layer(
         layers.append(entry)
 
     norm = facts["normalization"]
-    if norm == "pre":
+    if not isinstance(norm, str):
+        note = ("normalization differs per layer (model.normalization lists it): pre-LN layers read ln1's output "
+                "(after_ln), the others blocks.{l}.hook_resid_pre (after_ln null)")
+    elif norm == "pre":
         note = ("pre-LN: attention reads ln1's output; after_ln is blocks.{l}.ln1.hook_normalized "
                 "(centred and scaled, before gain and bias), before_ln is blocks.{l}.hook_resid_pre")
     elif norm == "post":

@@ -82,6 +82,10 @@ class LayerNorm(nn.Module):
     al.'s LN without the projection); with ln_scale=False it only projects:
     x - mean x (LN without the scaling, Brody et al. Table 2). hook_scale is the
     denominator, [batch, pos, 1] (1 when not scaling).
+
+    With ln_select, LN reads x @ W_select instead of x (Transformer Cookbook §5.3.3: a
+    linear map before pre-LN normalizes only the components it selects, e.g. the four
+    components of a layer-norm hash, whatever else the stream holds).
     """
 
     def __init__(self, cfg: ExactConfig):
@@ -91,10 +95,14 @@ class LayerNorm(nn.Module):
         self.scale = cfg.ln_scale
         self.w = nn.Parameter(torch.ones(cfg.d_model, dtype=cfg.torch_dtype), requires_grad=cfg.ln_affine)
         self.b = _param(cfg.d_model, dtype=cfg.torch_dtype, trainable=cfg.ln_affine)
+        if cfg.ln_select:
+            self.W_select = nn.Parameter(torch.eye(cfg.d_model, dtype=cfg.torch_dtype))
         self.hook_scale = HookPoint()
         self.hook_normalized = HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "W_select"):
+            x = x @ self.W_select
         if self.center:
             x = x - x.mean(-1, keepdim=True)
         if not self.scale:
@@ -234,7 +242,7 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ExactConfig, layer: int = 0):
         super().__init__()
-        self.norm = cfg.normalization
+        self.norm = cfg.per_layer("normalization")[layer]
         self.mlp_residual = cfg.mlp_residual
         self.attn = Attention(cfg, layer)
         self.mlp = MLP(cfg, layer) if cfg.d_mlp > 0 else None

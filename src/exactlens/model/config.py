@@ -41,9 +41,10 @@ READOUTS = ("sigmoid", "per_position", "logits")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
-PER_LAYER_SWITCHES = ("attention_mask", "attention_weighting", "attn_length_scale", "act_fn")
+PER_LAYER_SWITCHES = ("attention_mask", "attention_weighting", "attn_length_scale", "act_fn", "normalization")
 """Switches that take one value for every layer or a tuple with one value per layer
-(composed constructions mix, e.g., a future-masked uniform layer with a hard one)."""
+(composed constructions mix, e.g., a future-masked uniform layer with a hard one, or a
+pre-LN layer that computes a layer-norm hash with LN-free layers, Cookbook §5.3.3)."""
 
 
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -92,7 +93,12 @@ class ExactConfig:
     attn_length_scale: str | tuple[str, ...] = "none"
     hard_tie_tolerance: float = 0.0  # scores within this of the max count as tied
 
-    normalization: str = "none"
+    # normalization: per layer too; a final LN before the unembedding exists iff every
+    # layer is "pre" (a standard pre-LN model); mixed models have none.
+    normalization: str | tuple[str, ...] = "none"
+    # ln_select: every LN reads a linear map of its input, LN(x @ W_select) (Cookbook §5.3.3's
+    # selective layer norm, pre-LN only; W_select starts as the identity).
+    ln_select: bool = False
     ln_eps: float = 1e-5  # may be exactly 0 (Chiang & Cholak §4.2)
     ln_affine: bool = True  # learnable gain/bias (set to 1 and 0 by constructions)
     ln_center: bool = True  # False: scaling only, no projection (Brody et al.)
@@ -147,13 +153,21 @@ class ExactConfig:
             "attention_weighting": WEIGHTINGS,
             "attn_length_scale": LENGTH_SCALES,
             "act_fn": ACTIVATIONS,
+            "normalization": NORMALIZATIONS,
         }
         for name in PER_LAYER_SWITCHES:
             setattr(self, name, _check_per_layer(name, getattr(self, name), allowed[name], self.n_layers))
-        _check_choice("normalization", self.normalization, NORMALIZATIONS)
-        if not (self.ln_center or self.ln_scale) and self.normalization != "none":
+        norms = set(self.per_layer("normalization"))
+        if not (self.ln_center or self.ln_scale) and norms != {"none"}:
             raise ExactLensError(
                 "ln_center=False and ln_scale=False leave nothing of layer norm; use normalization='none'"
+            )
+        if not isinstance(self.ln_select, bool):
+            raise ExactLensError(f"ln_select must be True or False, got {self.ln_select!r}")
+        if self.ln_select and "post" in norms:
+            raise ExactLensError(
+                "ln_select=True (LN(x @ W_select), Cookbook §5.3.3) is defined for pre-LN: a selector inside "
+                "post-LN would rewrite the residual stream itself; allowed: normalization 'pre' or 'none' per layer"
             )
         _check_choice("readout", self.readout, READOUTS)
         _check_choice("dtype", self.dtype, tuple(DTYPES))
@@ -196,6 +210,11 @@ class ExactConfig:
         return values.pop() if len(values) == 1 else None
 
     @property
+    def final_ln(self) -> bool:
+        """A layer norm before the unembedding: iff every layer is pre-LN."""
+        return self.uniform("normalization") == "pre"
+
+    @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
@@ -217,7 +236,7 @@ class ExactConfig:
         apply_ln_to_stack, logit attributions) assume that each block *adds*
         to an un-normalized stream, which is false when LN sits on the stream.
         """
-        if self.normalization == "pre" and self.ln_scale:
+        if self.uniform("normalization") == "pre" and self.ln_scale:
             return "LN" if self.ln_center else "RMS"
         return None
 

@@ -107,7 +107,13 @@ def export_problems(model: Any, target: str, length: int | None = None) -> list[
     cfg = _config_of(model)
     name = TARGET_NAMES[target]
     problems: list[str] = []
-    if cfg.normalization == "post":
+    norm = cfg.uniform("normalization")
+    if norm is None:
+        problems.append(
+            f"normalization={cfg.normalization!r} (different per layer) cannot be exported: {name} has one "
+            "normalization for all layers; allowed: one of 'pre' or 'none' for every layer"
+        )
+    if "post" in cfg.per_layer("normalization"):
         problems.append(
             f"normalization='post' (post-LN) cannot be exported: {name} blocks are pre-LN; "
             "allowed: normalization='pre' or 'none'"
@@ -137,12 +143,17 @@ def export_problems(model: Any, target: str, length: int | None = None) -> list[
             f"mlp_residual=False (an FFN whose output replaces the stream) cannot be exported: {name} FFNs "
             "always add to the residual stream; allowed: mlp_residual=True"
         )
-    if cfg.normalization != "none" and not cfg.ln_scale:
+    if cfg.ln_select:
+        problems.append(
+            f"ln_select=True (LN(x @ W_select), Cookbook §5.3.3) cannot be exported: {name} layer norms read "
+            "the residual stream itself; allowed: ln_select=False"
+        )
+    if norm != "none" and not cfg.ln_scale:
         problems.append(
             f"ln_scale=False (layer norm without its scaling) cannot be exported: {name} normalizations "
             "always scale; allowed: ln_scale=True"
         )
-    if target == "bridge" and cfg.normalization == "pre" and not cfg.ln_center and cfg.dtype == "float64":
+    if target == "bridge" and norm == "pre" and not cfg.ln_center and cfg.dtype == "float64":
         problems.append(
             "normalization='pre' with ln_center=False (RMS) in dtype='float64' cannot be exported: the bridge's "
             "RMSNorm computes in float32, so the export would lose float64 precision; allowed: ln_center=True "
@@ -190,7 +201,7 @@ def exported_state_dict(model: ExactTransformer, length: int | None = None) -> t
         state["pos_embed.W_pos"] = (
             feats @ w_feat if feats.shape[-1] else torch.zeros(length, cfg.d_model, dtype=w_feat.dtype)
         )
-    if cfg.normalization == "pre" and not cfg.ln_center:
+    if cfg.uniform("normalization") == "pre" and not cfg.ln_center:
         for layer in range(cfg.n_layers):
             pre = f"blocks.{layer}."
             b1 = state.pop(pre + "ln1.b")
@@ -207,7 +218,7 @@ def exported_state_dict(model: ExactTransformer, length: int | None = None) -> t
 
 
 def _normalization_type(cfg: ExactConfig) -> str | None:
-    if cfg.normalization == "pre":
+    if cfg.uniform("normalization") == "pre":
         return "LN" if cfg.ln_center else "RMS"
     return None
 

@@ -34,7 +34,7 @@ class ExactTransformer(HookedRootModule):
         self.pos_embed = PosEmbed(cfg)
         self.hook_pos_embed = HookPoint()
         self.blocks = torch.nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
-        if cfg.normalization == "pre":
+        if cfg.final_ln:
             self.ln_final = LayerNorm(cfg)
         self.unembed = Unembed(cfg)
         self.setup()
@@ -79,7 +79,7 @@ class ExactTransformer(HookedRootModule):
         x = self.hook_embed(self.embed(tokens)) + self.hook_pos_embed(self.pos_embed(n_pos, n_positions, padded))
         for block in self.blocks:
             x = block(x, allowed[block.attn.mask], n_positions)
-        if self.cfg.normalization == "pre":
+        if self.cfg.final_ln:
             x = self.ln_final(x)
         if return_type is None:
             return None
@@ -163,6 +163,8 @@ class ExactTransformer(HookedRootModule):
             for name, p in self.named_parameters():
                 if name.endswith((".w",)):
                     p.fill_(1.0)
+                elif name.endswith(".W_select"):  # selective LN starts as plain LN
+                    p.copy_(torch.eye(p.shape[0], dtype=p.dtype))
                 elif name.split(".")[-1].startswith("b") or p.ndim == 1:
                     p.zero_()
                 else:

@@ -31,6 +31,8 @@ def supports(model: ExactTransformer) -> bool:
         and set(cfg.per_layer("attention_mask")) == {"none"}
         and set(cfg.per_layer("attn_length_scale")) <= {"none", "log_n"}
         and not cfg.use_attn_result
+        and cfg.uniform("normalization") is not None
+        and not cfg.ln_select
     )
 
 
@@ -58,7 +60,8 @@ def cls_logits(model: ExactTransformer, tokens: torch.Tensor, n_positions: torch
         key_mask = (torch.arange(n_pos) < n_positions[:, None])[:, None, None, :]  # [b, 1, 1, key]
     log_n = torch.log(n_positions.to(cfg.torch_dtype))[:, None, None, None]
     x = model.embed(tokens) + model.pos_embed(n_pos, n_positions, padded)
-    pre, post = cfg.normalization == "pre", cfg.normalization == "post"
+    norm = cfg.uniform("normalization")
+    pre, post = norm == "pre", norm == "post"
     for index, block in enumerate(model.blocks):
         last = index == len(model.blocks) - 1
         attn_in = block.ln1(x) if pre else x

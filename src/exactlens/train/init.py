@@ -59,6 +59,8 @@ def pytorch_default_init(model: ExactTransformer, generator: torch.Generator) ->
                 value = torch.ones(p.shape, dtype=torch.float64)
             elif leaf == "b":  # layer-norm bias
                 value = torch.zeros(p.shape, dtype=torch.float64)
+            elif leaf == "W_select":  # selective LN (Cookbook §5.3.3): start as plain LN
+                value = torch.eye(p.shape[0], dtype=torch.float64)
             else:  # a parameter this mapping does not know: fan-in uniform, like nn.Linear
                 fan_in = p.shape[-2] if p.ndim >= 2 else p.shape[-1]
                 value = _uniform(p.shape, 1 / math.sqrt(max(fan_in, 1)), generator)

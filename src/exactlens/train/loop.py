@@ -139,7 +139,7 @@ def evaluate(model: ExactTransformer, batch: Batch) -> dict[str, float]:
             if "blocks.0.attn.hook_q" in captured:
                 q = captured["blocks.0.attn.hook_q"][:, 0]  # [b, h, d_head] at CLS
                 direction = torch.einsum("bhd,hmd->bhm", q, model.blocks[0].attn.W_K)
-                if cfg.normalization == "pre":  # keys are LN(x) W_K with LN(x) = n(x) * w + b: the
+                if model.blocks[0].norm == "pre":  # keys are LN(x) W_K with LN(x) = n(x) * w + b: the
                     direction = direction * model.blocks[0].ln1.w  # query acts on n(x) through w * (W_K q)
                 cos = direction.sum(-1).abs() / (direction.norm(dim=-1) * math.sqrt(cfg.d_model)).clamp(min=1e-30)
                 total_angle += float(torch.rad2deg(torch.arccos(cos.clamp(max=1.0))).mean(1).sum())

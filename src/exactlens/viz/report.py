@@ -222,7 +222,10 @@ def _architecture(model: Any) -> list[list[Any]]:
     attention = f"{switch('attention_weighting')}, mask {switch('attention_mask')}, scores / {fmt(cfg.scale_divisor)}"
     if switch("attn_length_scale") != "none":
         attention += f" x {switch('attn_length_scale')}"
-    norm = cfg.normalization + (f", eps={cfg.ln_eps}" if cfg.normalization != "none" else "")
+    layers = cfg.per_layer("normalization")
+    norm = layers[0] if cfg.uniform("normalization") else "/".join(layers) + " (per layer)"
+    norm += f", eps={cfg.ln_eps}" if set(layers) != {"none"} else ""
+    norm += ", selective (LN(x W_select))" if cfg.ln_select else ""
     return [
         ["layers", cfg.n_layers],
         ["heads", cfg.n_heads],
