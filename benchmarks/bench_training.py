@@ -10,14 +10,18 @@ of fresh training strings: ``--epochs`` epochs of 100 strings of length |w| = L.
   100 Adam steps per epoch;
 * exactlens, batch 1: ``train("first", batch_size=1)``, the same 100 steps per epoch;
 * exactlens: ``train("first")``, one Adam step on the epoch's 100 strings (one padded
-  batch, the fast CLS-only forward).
+  batch, the fast CLS-only forward);
+* exactlens, R runs: ``train_many("first", seeds=range(R))``, R independent runs (own
+  data, initialization and Adam state) trained as one stacked computation; its time per
+  epoch is divided by R (time per run), as for an experiment of R runs such as Fig. 4.
 
-The table gives seconds per epoch (median over alternating rounds, one torch thread)
-and the ratio baseline / exactlens for the same number of strings (goal >= 50x for the
-default). Evaluation is excluded (eval_every=0 with a one-string test). The load
-average is printed: the machine is shared, so ratios are noisy.
+The table gives seconds per epoch and per run (median over alternating rounds, one torch
+thread) and the ratios baseline / exactlens for the same number of strings (goal >= 50x).
+Evaluation is excluded (eval_every=0 with a one-string test). The load average is
+printed: on a shared machine ratios are noisy.
 
-Usage: PYTHONPATH=src python benchmarks/bench_training.py [--lengths 10,100,300] [--epochs 3] [--rounds 3]
+Usage: PYTHONPATH=src python benchmarks/bench_training.py [--lengths 10,30,100,300] [--epochs 3] [--rounds 3]
+       [--runs 10]
 """
 
 from __future__ import annotations
@@ -63,21 +67,23 @@ def baseline_epochs(model, optim, length: int, epochs: int, rng: random.Random) 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--lengths", default="10,100,300")
+    parser.add_argument("--lengths", default="10,30,100,300")
+    parser.add_argument("--runs", type=int, default=10, help="R, runs trained together by train_many")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from exactlens.train import train
+    from exactlens.train import train, train_many
 
+    runs = args.runs
     print(f"training speed, FIRST, 100 strings per epoch, 1 thread, load average {os.getloadavg()}")
     print(
-        "| |w| | baseline s/epoch | exactlens batch 1 s/epoch | exactlens s/epoch | baseline/exactlens "
-        "| baseline/exactlens batch 1 |"
+        f"| |w| | baseline s/epoch | exactlens batch 1 s/epoch | exactlens s/epoch | exactlens, {runs} runs: "
+        "s/epoch per run | baseline/exactlens | baseline/exactlens R runs | baseline/exactlens batch 1 |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for length in (int(v) for v in args.lengths.split(",")):
-        times: dict[str, list[float]] = {"baseline": [], "batch1": [], "exactlens": []}
+        times: dict[str, list[float]] = {"baseline": [], "batch1": [], "exactlens": [], "many": []}
         model = PaperLoopModel()
         optim = torch.optim.Adam(model.parameters(), lr=3e-4)
         rng = random.Random(0)
@@ -94,10 +100,14 @@ def main() -> None:
             start = time.perf_counter()
             train("first", seed=r, batch_size=1, **common)
             times["batch1"].append((time.perf_counter() - start) / args.epochs)
+            start = time.perf_counter()
+            train_many("first", range(r * runs, (r + 1) * runs), **common)
+            times["many"].append((time.perf_counter() - start) / args.epochs / runs)
         med = {k: statistics.median(v) for k, v in times.items()}
         print(
             f"| {length} | {med['baseline']:.3f} | {med['batch1']:.3f} | {med['exactlens']:.4f} | "
-            f"{med['baseline'] / med['exactlens']:.0f}x | {med['baseline'] / med['batch1']:.1f}x |",
+            f"{med['many']:.4f} | {med['baseline'] / med['exactlens']:.0f}x | {med['baseline'] / med['many']:.0f}x | "
+            f"{med['baseline'] / med['batch1']:.1f}x |",
             flush=True,
         )
     print(f"load average after: {os.getloadavg()}")

@@ -6,6 +6,12 @@ One epoch = ``strings_per_epoch`` fresh random words (the papers' 100), split in
 step on one padded batch, which is what makes training fast. Everything random comes
 from generators derived from ``seed``: initialization, training words and test words
 each have their own stream, so evaluating more or less often never changes training.
+
+``train_many(task, seeds)`` trains one run per seed at once: the runs' parameters are
+stacked along a run axis and every step is one computation for all of them
+(exactlens.train.fastpath), each run keeping its own data, initialization and Adam
+state, so each equals its single ``train`` up to summation order. This amortizes the
+per-step cost of small models over runs (benchmarks/bench_training.py).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import torch
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.train import fastpath
-from exactlens.train.data import Batch, sample_batch, split
+from exactlens.train.data import PAD_ID, Batch, sample_batch, split
 from exactlens.train.init import pytorch_default_init
 from exactlens.train.presets import get_preset, resolve_options
 
@@ -82,8 +88,8 @@ def seed_generators(seed: int) -> dict[str, torch.Generator]:
 
 
 def readout(model: ExactTransformer, batch: Batch, fast: bool = False) -> torch.Tensor:
-    """Logits at [CLS]: [batch] for a sigmoid readout, [batch, classes] for logits.
-    fast=True uses exactlens.train.fastpath (same function, no hooks) where it applies."""
+    """Logits at the readout position: [batch] for a sigmoid readout, [batch, classes] for
+    logits. fast=True uses exactlens.train.fastpath (same function, no hooks) where it applies."""
     n_positions = batch.n_positions if batch.padded else None
     if fast and fastpath.supports(model):
         out = fastpath.cls_logits(model, batch.tokens, n_positions)
@@ -161,6 +167,57 @@ def _jsonable(options: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
 
 
+def stack_batches(parts: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch per run -> tokens [R, B, width] (right-padded to the widest) and n_positions [R, B]."""
+    width = max(p.tokens.shape[1] for p in parts)
+    tokens = torch.stack([torch.nn.functional.pad(p.tokens, (0, width - p.tokens.shape[1]), value=PAD_ID) for p in parts])
+    return tokens, torch.stack([p.n_positions for p in parts])
+
+
+def run_losses(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-run mean cross-entropy (nats) [R] and correct decisions [R], for logits
+    [R, B] (sigmoid readout) or [R, B, classes]; the same rule as loss_and_correct."""
+    if logits.ndim == 2:
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, targets.to(logits.dtype), reduction="none"
+        ).mean(-1)
+        correct = ((logits > 0) == (targets > 0.5)).sum(-1)
+    else:
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+        loss = loss.view(targets.shape).mean(-1)
+        correct = (logits.argmax(-1) == targets).sum(-1)
+    return loss, correct
+
+
+class _Runs:
+    """What the loop optimizes: R models of one configuration, trained either as one
+    stacked computation (fastpath.stacked_cls_logits; R = 1 included) or, for
+    configurations the fast path does not cover, one model at a time through its forward."""
+
+    def __init__(self, models: list[ExactTransformer]):
+        self.models = models
+        self.cfg = models[0].cfg
+        self.stacked = fastpath.supports(self.cfg)
+        if self.stacked:
+            self.params = fastpath.stack_parameters(models)
+            self.trainable = [p for p in self.params.values() if p.requires_grad]
+        else:
+            self.trainable = [p for m in models for p in m.parameters() if p.requires_grad]
+
+    def logits(self, parts: list[Batch]) -> torch.Tensor:
+        """CLS logits [R, B(, classes)] of each run on its own batch."""
+        if self.stacked:
+            tokens, n_positions = stack_batches(parts)
+            out = fastpath.stacked_cls_logits(self.cfg, self.params, tokens, n_positions)
+            return out[..., 0] if self.cfg.readout == "sigmoid" else out
+        return torch.stack([readout(m, part) for m, part in zip(self.models, parts, strict=True)])
+
+    def sync(self) -> None:
+        """Make the models hold the current weights (before evaluating or returning them)."""
+        if self.stacked:
+            fastpath.unstack_into(self.params, self.models)
+
+
 def train(
     task: str,
     *,
@@ -174,16 +231,53 @@ def train(
     Returns a TrainRun (model in eval mode, history records, checkpoint directory).
     With ``out``, writes config.json + weights.pt (ExactTransformer.save), history.jsonl
     (one record per epoch, keys HISTORY_FIELDS) and run.json (task, seed, options,
-    timing, final metrics).
+    timing, final metrics). The same as ``train_many(task, [seed], ...)[0]`` with
+    ``out`` the run's own directory.
     """
+    return _train_runs(task, [seed], [None if out is None else Path(out)], progress, options)[0]
+
+
+def train_many(
+    task: str,
+    seeds: list[int] | tuple[int, ...] | range,
+    *,
+    out: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    **options: Any,
+) -> list[TrainRun]:
+    """Train one run per seed with the same options, all at once: every run has the
+    initialization, data and test words of ``train(task, seed=s, **options)`` and its
+    own optimizer state; the runs go through the stacked fast path together (one set
+    of kernels per step for all of them), which is where the speed comes from.
+
+    Each run equals its single ``train`` up to floating-point summation order. With
+    ``out``, run s is written to ``out/seed{s}`` (the files of ``train``). Each run's
+    wall_s (and its history's) is the group's: the runs train in one computation.
+    """
+    seeds = list(seeds)
+    if not seeds:
+        raise ExactLensError("train_many needs at least one seed")
+    if len(set(seeds)) != len(seeds):
+        raise ExactLensError(f"train_many: seeds must be distinct, got {seeds}")
+    outs = [None if out is None else Path(out) / f"seed{s}" for s in seeds]
+    return _train_runs(task, seeds, outs, progress, options)
+
+
+def _train_runs(
+    task: str,
+    seeds: list[int],
+    outs: list[Path | None],
+    progress: Callable[[str], None] | None,
+    options: dict[str, Any],
+) -> list[TrainRun]:
     preset = get_preset(task)
     opts = resolve_options(preset, options)
-    gens = seed_generators(seed)
+    gens = [seed_generators(seed) for seed in seeds]
     language = preset.language_of(opts)
-    model = pytorch_default_init(ExactTransformer(preset.config(opts)), gens["init"])
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=opts["lr"], foreach=True)
+    config = preset.config(opts)
+    models = [pytorch_default_init(ExactTransformer(config), g["init"]).train() for g in gens]
+    runs = _Runs(models)
+    optimizer = torch.optim.Adam(runs.trainable, lr=opts["lr"], foreach=True)
     steps_per_epoch = opts["strings_per_epoch"] // opts["batch_size"]
     total_steps = opts["epochs"] * steps_per_epoch
     if opts["lr_schedule"] == "linear":
@@ -191,92 +285,107 @@ def train(
     else:
         scheduler = None
     variable = opts["train_length"][0] != opts["train_length"][1]
-    history: list[dict[str, Any]] = []
-    log = None
-    if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        log = (out / HISTORY_FILE).open("w")
+    histories: list[list[dict[str, Any]]] = [[] for _ in seeds]
+    logs = []
+    for out in outs:
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+        logs.append(None if out is None else (out / HISTORY_FILE).open("w"))
     previous_threads = torch.get_num_threads()
     if opts["threads"] is not None:
         torch.set_num_threads(opts["threads"])
     start = time.perf_counter()
     step = 0
+    count = opts["strings_per_epoch"]
     try:
         for epoch in range(1, opts["epochs"] + 1):
-            batch = sample_batch(language, opts["strings_per_epoch"], opts["train_length"], gens["train"])
-            if variable and steps_per_epoch > 1:  # words come grouped by length: shuffle before splitting
-                order = torch.randperm(len(batch), generator=gens["train"])
-                batch = Batch(batch.tokens[order], batch.n_positions[order], batch.targets[order], batch.lengths[order])
-            parts = [batch] if steps_per_epoch == 1 else split(batch, opts["batch_size"])
+            per_run_parts = []
+            for g in gens:
+                batch = sample_batch(language, count, opts["train_length"], g["train"])
+                if variable and steps_per_epoch > 1:  # words come grouped by length: shuffle before splitting
+                    order = torch.randperm(len(batch), generator=g["train"])
+                    batch = Batch(
+                        batch.tokens[order], batch.n_positions[order], batch.targets[order], batch.lengths[order]
+                    )
+                per_run_parts.append([batch] if steps_per_epoch == 1 else split(batch, opts["batch_size"]))
             lr = optimizer.param_groups[0]["lr"]
-            epoch_loss = torch.zeros((), dtype=torch.float64)
-            epoch_correct = torch.zeros((), dtype=torch.float64)
-            for part in parts:
-                loss, correct = loss_and_correct(readout(model, part, fast=True), part.targets)
+            epoch_loss = torch.zeros(len(seeds), dtype=torch.float64)
+            epoch_correct = torch.zeros(len(seeds), dtype=torch.float64)
+            for parts in zip(*per_run_parts, strict=True):
+                losses, correct = run_losses(runs.logits(list(parts)), torch.stack([p.targets for p in parts]))
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                losses.sum().backward()  # runs share nothing: each run's gradient is its own loss's
                 optimizer.step()
                 if scheduler is not None:
                     scheduler.step()
                 step += 1
-                epoch_loss += loss.detach() * len(part)
+                epoch_loss += losses.detach() * len(parts[0])
                 epoch_correct += correct
-            if not torch.isfinite(epoch_loss):
-                raise ExactLensError(f"{task}: the training loss became {float(epoch_loss)} in epoch {epoch}")
-            count = opts["strings_per_epoch"]
-            record: dict[str, Any] = {
-                "epoch": epoch,
-                "step": step,
-                "strings_seen": epoch * count,
-                "lr": lr,
-                "train_loss_bits": float(epoch_loss) / count / LN2,
-                "train_accuracy": float(epoch_correct) / count,
-                "test_loss_bits": None,
-                "test_accuracy": None,
-                "test_attn_first": None,
-                "test_query_angle_deg": None,
-            }
+            bad = [s for s, v in zip(seeds, epoch_loss.tolist(), strict=True) if not math.isfinite(v)]
+            if bad:
+                raise ExactLensError(f"{task}: the training loss became non-finite in epoch {epoch} (seeds {bad})")
             every = opts["eval_every"]
-            if epoch == opts["epochs"] or (every and epoch % every == 0):
-                test = sample_batch(language, opts["test_strings"], opts["test_length"], gens["test"])
-                metrics = evaluate(model, test)
-                record.update(
-                    test_loss_bits=metrics["loss_bits"],
-                    test_accuracy=metrics["accuracy"],
-                    test_attn_first=metrics["attn_first"],
-                    test_query_angle_deg=metrics["query_angle_deg"],
-                )
-                if progress is not None:
-                    progress(
-                        f"{task} seed {seed} epoch {epoch}/{opts['epochs']}: train {record['train_loss_bits']:.4f} "
-                        f"bits, test accuracy {metrics['accuracy']:.3f}"
+            evaluating = epoch == opts["epochs"] or (every and epoch % every == 0)
+            if evaluating:
+                runs.sync()
+            for r, seed in enumerate(seeds):
+                record: dict[str, Any] = {
+                    "epoch": epoch,
+                    "step": step,
+                    "strings_seen": epoch * count,
+                    "lr": lr,
+                    "train_loss_bits": float(epoch_loss[r]) / count / LN2,
+                    "train_accuracy": float(epoch_correct[r]) / count,
+                    "test_loss_bits": None,
+                    "test_accuracy": None,
+                    "test_attn_first": None,
+                    "test_query_angle_deg": None,
+                }
+                if evaluating:
+                    test = sample_batch(language, opts["test_strings"], opts["test_length"], gens[r]["test"])
+                    metrics = evaluate(models[r], test)
+                    record.update(
+                        test_loss_bits=metrics["loss_bits"],
+                        test_accuracy=metrics["accuracy"],
+                        test_attn_first=metrics["attn_first"],
+                        test_query_angle_deg=metrics["query_angle_deg"],
                     )
-            record["wall_s"] = time.perf_counter() - start
-            history.append(record)
-            if log is not None:
-                log.write(json.dumps(record) + "\n")
+                    if progress is not None:
+                        progress(
+                            f"{task} seed {seed} epoch {epoch}/{opts['epochs']}: train "
+                            f"{record['train_loss_bits']:.4f} bits, test accuracy {metrics['accuracy']:.3f}"
+                        )
+                record["wall_s"] = time.perf_counter() - start
+                histories[r].append(record)
+                if logs[r] is not None:
+                    logs[r].write(json.dumps(record) + "\n")
     finally:
-        if log is not None:
-            log.close()
+        for log in logs:
+            if log is not None:
+                log.close()
         torch.set_num_threads(previous_threads)
     wall = time.perf_counter() - start
-    model.eval()
-    run = TrainRun(model, history, out, task, seed, opts, wall)
-    run.info = {
-        "task": task,
-        "paper": preset.paper,
-        "seed": seed,
-        "options": _jsonable(opts),
-        "steps": step,
-        "wall_s": wall,
-        "threads": opts["threads"] or previous_threads,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "n_parameters": sum(p.numel() for p in params),
-        "final": run.final,
-    }
-    if out is not None:
-        model.save(out)
-        (out / RUN_FILE).write_text(json.dumps(run.info, indent=2) + "\n")
-    return run
+    runs.sync()
+    results = []
+    for r, seed in enumerate(seeds):
+        model = models[r].eval()
+        run = TrainRun(model, histories[r], outs[r], task, seed, opts, wall)
+        run.info = {
+            "task": task,
+            "paper": preset.paper,
+            "seed": seed,
+            "options": _jsonable(opts),
+            "steps": step,
+            "wall_s": wall,
+            "threads": opts["threads"] or previous_threads,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "n_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "trained_with": {"seeds": seeds, "stacked": runs.stacked},
+            "final": run.final,
+        }
+        if outs[r] is not None:
+            model.save(outs[r])
+            (outs[r] / RUN_FILE).write_text(json.dumps(run.info, indent=2) + "\n")
+        results.append(run)
+    return results
