@@ -5,6 +5,10 @@ DIR/history.jsonl (one record per epoch) and DIR/run.json (task, seed, options, 
 final metrics). Options not given keep the preset's value (the paper's setting); see
 `exactlens train --help` for the presets. With --json, stdout carries exactly one JSON
 object (run.json's content); progress goes to stderr.
+
+--seeds 0:9 (or 0,3,7) trains one run per seed together (exactlens.train.train_many;
+each run equals its single --seed run) into DIR/seed{s}/; --json then prints one object
+{"runs": [run.json of each seed]}.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import json
 import sys
 from typing import Any
 
-__all__ = ["add_train_parser", "cmd_train", "parse_length"]
+__all__ = ["add_train_parser", "cmd_train", "parse_length", "parse_seeds"]
 
 TASKS = ("first", "parity", "one", "majority")  # = exactlens.train.PRESETS (checked by a test)
 
@@ -32,8 +36,25 @@ def parse_length(text: str) -> int | tuple[int, int]:
         raise ExactLensError(f"a length is an integer |w| or an inclusive range LO:HI, got {text!r}") from None
 
 
+def parse_seeds(text: str) -> list[int]:
+    """'0:9' -> [0, ..., 9] (inclusive); '0,3,7' -> [0, 3, 7]."""
+    from exactlens.errors import ExactLensError
+
+    try:
+        if ":" in text:
+            lo, hi = (int(v) for v in text.split(":"))
+            seeds = list(range(lo, hi + 1))
+        else:
+            seeds = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ExactLensError(f"--seeds takes LO:HI (inclusive) or a comma list of integers, got {text!r}") from None
+    if not seeds or min(seeds) < 0:
+        raise ExactLensError(f"--seeds must name at least one seed, all >= 0, got {text!r}")
+    return seeds
+
+
 def cmd_train(args: argparse.Namespace) -> None:
-    from exactlens.train import train
+    from exactlens.train import train, train_many
 
     names = (
         "epochs",
@@ -62,6 +83,18 @@ def cmd_train(args: argparse.Namespace) -> None:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    if args.seeds is not None:
+        runs = train_many(args.task, parse_seeds(args.seeds), out=args.out, progress=progress, **options)
+        if args.json:
+            sys.stdout.write(json.dumps({"runs": [r.info for r in runs]}) + "\n")
+            return
+        for r in runs:
+            sys.stdout.write(
+                f"{args.task} seed {r.seed}: final test accuracy {r.final['test_accuracy']:.4f}, test cross-entropy "
+                f"{r.final['test_loss_bits']:.4f} bits/string; checkpoint {r.checkpoint}\n"
+            )
+        sys.stdout.write(f"{len(runs)} runs trained together in {runs[0].wall_s:.1f} s\n")
+        return
     run = train(args.task, out=args.out, seed=args.seed, progress=progress, **options)
     final = run.final
     if args.json:
@@ -85,7 +118,11 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
         "task", choices=TASKS, help="preset: first/parity (Chiang & Cholak §5), one (Nowak §4.2), majority (Brody §4.1)"
     )
     p.add_argument("--out", required=True, help="checkpoint directory")
-    p.add_argument("--seed", type=int, default=0, help="fixes initialization, training and test data")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=0, help="fixes initialization, training and test data")
+    seeds.add_argument(
+        "--seeds", help="LO:HI or a comma list: one run per seed, trained together, into OUT/seed{s}/"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (run.json) on stdout")
     p.add_argument("--scaled", action="store_true", help="attention logits times log n (Chiang & Cholak §5.3)")
     p.add_argument("--epochs", type=int)

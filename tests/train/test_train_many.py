@@ -96,3 +96,22 @@ def test_checkpoints_per_seed_and_bad_seeds(tmp_path):
         a = ExactTransformer(preset.config(resolve_options(preset, {})))
         b = ExactTransformer(preset.config(resolve_options(preset, {"scaled": True})))
         fastpath.stack_parameters([a, b])
+
+
+def test_cli_trains_several_seeds_together(tmp_path, capsys):
+    from exactlens.cli import main as cli_main
+
+    out = tmp_path / "cli"
+    args = ["train", "first", "--out", str(out), "--epochs", "2", "--train-length", "4", "--test-strings", "5"]
+    args += ["--dtype", "float64"]  # (float32 runs agree only to ~1e-4: Adam magnifies rounding in tiny gradients)
+    assert cli_main([*args, "--test-length", "4", "--seeds", "3:4", "--json"]) == 0
+    reply = json.loads(capsys.readouterr().out)
+    assert [r["seed"] for r in reply["runs"]] == [3, 4]
+    single = train("first", seed=4, epochs=2, train_length=4, test_length=4, test_strings=5, dtype="float64")
+    loaded = ExactTransformer.load(out / "seed4")
+    for p, q in zip(loaded.parameters(), single.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, atol=1e-10, rtol=1e-10)
+    assert cli_main([*args, "--seeds", "2,x"]) == 2
+    assert "--seeds takes LO:HI" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # --seed and --seeds exclude each other (argparse)
+        cli_main([*args, "--seed", "1", "--seeds", "1:2"])
