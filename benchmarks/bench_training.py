@@ -20,7 +20,7 @@ thread) and the ratios baseline / exactlens for the same number of strings (goal
 Evaluation is excluded (eval_every=0 with a one-string test). The load average is
 printed: on a shared machine ratios are noisy.
 
-Usage: PYTHONPATH=src python benchmarks/bench_training.py [--lengths 10,30,100,300] [--epochs 3] [--rounds 3]
+Usage: PYTHONPATH=src python benchmarks/bench_training.py [--lengths 10,30,100,300] [--epochs 20] [--rounds 3]
        [--runs 10]
 """
 
@@ -69,7 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lengths", default="10,30,100,300")
     parser.add_argument("--runs", type=int, default=10, help="R, runs trained together by train_many")
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -170,7 +170,8 @@ def _jsonable(options: dict[str, Any]) -> dict[str, Any]:
 def stack_batches(parts: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
     """One batch per run -> tokens [R, B, width] (right-padded to the widest) and n_positions [R, B]."""
     width = max(p.tokens.shape[1] for p in parts)
-    tokens = torch.stack([torch.nn.functional.pad(p.tokens, (0, width - p.tokens.shape[1]), value=PAD_ID) for p in parts])
+    pad = torch.nn.functional.pad
+    tokens = torch.stack([pad(p.tokens, (0, width - p.tokens.shape[1]), value=PAD_ID) for p in parts])
     return tokens, torch.stack([p.n_positions for p in parts])
 
 

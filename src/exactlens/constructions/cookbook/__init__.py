@@ -5,13 +5,14 @@ serial/parallel composition and routing. ``ffn``, ``attention``, ``layer_norm``:
 recipes of §4, §5, §6, each returning pieces (or layers) over labels the caller names.
 """
 
-from exactlens.constructions.cookbook import attention, ffn, layer_norm
+from exactlens.constructions.cookbook import attention, ffn, layer_norm, layer_norm_hash
 from exactlens.constructions.cookbook.program import (
     FFN,
     Head,
     Layer,
     Program,
     Readout,
+    Selector,
     compile,
     parallel,
     read,
@@ -25,11 +26,13 @@ __all__ = [
     "attention",
     "ffn",
     "layer_norm",
+    "layer_norm_hash",
     "FFN",
     "Head",
     "Layer",
     "Program",
     "Readout",
+    "Selector",
     "compile",
     "parallel",
     "read",

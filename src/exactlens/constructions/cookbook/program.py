@@ -31,6 +31,9 @@ Layers and programs
 ExactTransformer block. FFN pieces of a layer sit side by side (hidden units
 concatenated, outputs summed), so they must share an activation (identity pieces are
 converted to ReLU automatically). A layer without heads ignores its attention settings.
+``Layer(..., ln1={slot: {label: w}}, ln2=...)`` makes that one layer pre-LN with the
+selective layer norm of §5.3.3 (compile sets the per-layer normalization, ln_select and
+W_select; the other layers stay LN-free, so such layers compose with every recipe).
 
 ``Program(vocab, embedding, positions, layers, readout, ...)``: ``embedding[token] =
 {label: value}``, ``positions[feature] = {label: weight}`` for features named as in
@@ -339,22 +342,80 @@ class Head:
         return replace(self, W_Q=self.W_Q * factor, b_Q=self.b_Q * factor)
 
 
+@dataclass(frozen=True, eq=False)
+class Selector:
+    """Selective layer norm (§5.3.3): the sublayer reads LN over m slots, slot_k = sum_l
+    W[l, k] x[inputs[l]], computed as the cookbook's m-vector LN (gain 1, bias 0, eps 0).
+    ``Selector.build({slot: {label: weight}})``. Slots are residual labels; the LN output
+    is zero on every other label, so the sublayer's pieces may read only the slots."""
+
+    inputs: tuple[str, ...]
+    slots: tuple[str, ...]
+    W: torch.Tensor  # [len(inputs), len(slots)]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", _check_labels(self.inputs, "selector inputs"))
+        object.__setattr__(self, "slots", _check_labels(self.slots, "selector slots"))
+        if len(self.slots) < 2:
+            raise ExactLensError(f"a layer-norm selector needs >= 2 slots (LN of one value is 0/0), got {self.slots}")
+        object.__setattr__(self, "W", _tensor(self.W, (len(self.inputs), len(self.slots)), "selector W"))
+
+    @classmethod
+    def build(cls, spec: Mapping[str, Mapping[str, float]]) -> Selector:
+        if isinstance(spec, Selector):
+            return spec
+        if not isinstance(spec, Mapping) or not spec:
+            raise ExactLensError(f"a selector is {{slot label: {{input label: weight}}}}, got {spec!r}")
+        inputs: list[str] = []
+        for row in spec.values():
+            inputs += [label for label in row if label not in inputs]
+        W = torch.zeros(len(inputs), len(spec), dtype=F64)
+        for k, row in enumerate(spec.values()):
+            for label, weight in row.items():
+                W[inputs.index(label), k] = float(weight)
+        return cls(tuple(inputs), tuple(spec), W)
+
+    def relabel(self, mapping: Mapping[str, str]) -> Selector:
+        inputs = tuple(mapping.get(x, x) for x in self.inputs)
+        return Selector(inputs, tuple(mapping.get(x, x) for x in self.slots), self.W)
+
+    def __call__(self, values: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Reference in float64: LN of the m slot values (centered, divided by their rms)."""
+        x = torch.stack([torch.as_tensor(values[label], dtype=F64) for label in self.inputs], -1) @ self.W
+        x = x - x.mean(-1, keepdim=True)
+        x = x / x.pow(2).mean(-1, keepdim=True).sqrt()
+        return {label: x[..., k] for k, label in enumerate(self.slots)}
+
+
 # ----------------------------------------------------------------------------- layers, programs
 
 
 @dataclass(frozen=True)
 class Layer:
-    """One block: attention heads (summed), then FFN pieces (side by side)."""
+    """One block: attention heads (summed), then FFN pieces (side by side).
+
+    ``ln1`` / ``ln2``: selectors (``{slot: {label: weight}}`` or a Selector) make the layer
+    pre-LN with selective layer norm (§5.3.3): c = x + Att(LN(S1 x)), a = c + FFN(LN(S2 c)).
+    Its heads may then read only ln1's slots, its FFN pieces only ln2's. A sublayer without
+    pieces reuses the other selector (an LN must stay finite even when nothing reads it)."""
 
     heads: tuple[Head, ...] = ()
     ffns: tuple[FFN, ...] = ()
     mask: str = "none"
     weighting: str = "softmax"
     length_scale: str = "none"
+    ln1: Selector | Mapping[str, Mapping[str, float]] | None = None
+    ln2: Selector | Mapping[str, Mapping[str, float]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "heads", tuple(self.heads))
         object.__setattr__(self, "ffns", tuple(self.ffns))
+        for attr in ("ln1", "ln2"):
+            if getattr(self, attr) is not None:
+                object.__setattr__(self, attr, Selector.build(getattr(self, attr)))
+        if self.pre_ln:
+            self._check_reads(self.ln1 if self.heads else None, self.heads, "ln1", "heads")
+            self._check_reads(self.ln2 if self.ffns else None, self.ffns, "ln2", "FFN pieces")
         for h in self.heads:
             if not isinstance(h, Head):
                 raise ExactLensError(f"Layer.heads takes Head pieces, got {type(h).__name__}")
@@ -389,8 +450,40 @@ class Layer:
     def attention(self) -> tuple[str, str, str]:
         return (self.mask, self.weighting, self.length_scale)
 
+    @property
+    def pre_ln(self) -> bool:
+        """A selective pre-LN layer (some selector given)."""
+        return self.ln1 is not None or self.ln2 is not None
+
+    def _check_reads(self, selector: Selector | None, pieces: Sequence[Any], which: str, what: str) -> None:
+        if not pieces:
+            return
+        if selector is None:
+            raise ExactLensError(
+                f"a pre-LN layer's {what} read LN output: give {which}={{slot: {{label: weight}}}} too"
+            )
+        reads = set()
+        for p in pieces:
+            reads |= set(getattr(p, "inputs", ())) | set(getattr(p, "q_inputs", ())) | set(getattr(p, "k_inputs", ()))
+            reads |= set(getattr(p, "v_inputs", ()))
+        stray = sorted(reads - set(selector.slots))
+        if stray:
+            raise ExactLensError(
+                f"the {what} of a pre-LN layer read {stray}, which {which} does not select (they read 0 there); "
+                f"{which} selects {list(selector.slots)}"
+            )
+
+    def selectors(self) -> tuple[Selector, Selector] | None:
+        """(ln1, ln2) as compiled: a missing one reuses the other; None for an LN-free layer."""
+        if not self.pre_ln:
+            return None
+        return (self.ln1 or self.ln2, self.ln2 or self.ln1)
+
     def labels(self) -> list[str]:
         seen: list[str] = []
+        for sel in (self.ln1, self.ln2):
+            if sel is not None:
+                seen += [x for x in (*sel.inputs, *sel.slots) if x not in seen]
         for h in self.heads:
             seen += [x for x in (*h.q_inputs, *h.k_inputs, *h.v_inputs, *h.outputs) if x not in seen]
         for f in self.ffns:
@@ -486,6 +579,43 @@ def _layer_switch(layers: Sequence[Layer], used: Sequence[bool], values: Sequenc
     return tuple(v if (u and v is not None) else fill for v, u in zip(values, used, strict=True))
 
 
+def _normalization(program: Program) -> str | tuple[str, ...]:
+    """program.normalization for every layer, or, with selective pre-LN layers (§5.3.3),
+    "pre" for those and "none" for the others."""
+    pre = [layer.pre_ln for layer in program.layers]
+    if not any(pre):
+        return program.normalization
+    if program.normalization != "none":
+        raise ExactLensError(
+            f"layers with layer-norm selectors (ln1/ln2) need Program.normalization='none' (the other layers stay "
+            f"LN-free), got {program.normalization!r}"
+        )
+    if program.ln_eps != 0:
+        raise ExactLensError(f"selective layer norm is defined with eps = 0 (§5.3.3), got ln_eps={program.ln_eps!r}")
+    if all(pre):
+        raise ExactLensError(
+            "every layer is pre-LN, so the model would normalize the stream before the readout (final LN); "
+            "append an LN-free layer (Layer()) after the last selective layer"
+        )
+    return tuple("pre" if p else "none" for p in pre)
+
+
+def _set_selector(ln: Any, selector: Selector, rows: Any) -> None:
+    """W_select = S with the slots centered (C = I - 11^T/m), gain sqrt(m/D) on the slots:
+    for the centered slot vector u (zero elsewhere) the model's LN gives u sqrt(D)/|u|, so
+    the slots get u sqrt(m)/|u| = the m-vector LN of §5.3.3, whatever d_model D is."""
+    m, d = len(selector.slots), ln.w.shape[0]
+    center = torch.eye(m, dtype=F64) - 1.0 / m
+    matrix = torch.zeros(d, d, dtype=F64)
+    cols = torch.tensor(rows(selector.slots))
+    for k, row in enumerate(rows(selector.inputs)):
+        matrix[row, cols] = (selector.W @ center)[k]
+    ln.W_select.copy_(matrix.to(ln.W_select.dtype))
+    ln.w.fill_(1.0)
+    ln.w[cols] = math.sqrt(m / d)
+    ln.b.zero_()
+
+
 def compile(program: Program, dtype: str = "float64") -> ExactTransformer:  # noqa: A001 - the tracr name
     """Assemble the program's weights into an ExactTransformer (see the module docstring)."""
     labels = program.residual_labels()
@@ -502,6 +632,7 @@ def compile(program: Program, dtype: str = "float64") -> ExactTransformer:  # no
         [f.with_activation(a) if a else f for f in layer.ffns] for layer, a in zip(layers, acts, strict=False)
     ]
     d_mlp = max(sum(f.d_hidden for f in fs) for fs in ffns_per_layer)
+    normalization = _normalization(program)
     n_heads = max(1, max(len(layer.heads) for layer in layers))
     d_head = max([1] + [max(h.d_qk, len(h.outputs)) for layer in layers for h in layer.heads])
     readout = program.readout
@@ -519,7 +650,8 @@ def compile(program: Program, dtype: str = "float64") -> ExactTransformer:  # no
         attn_scale=1.0,
         attn_length_scale=length,
         hard_tie_tolerance=program.hard_tie_tolerance,
-        normalization=program.normalization,
+        normalization=normalization,
+        ln_select=any(layer.pre_ln for layer in layers),
         ln_eps=program.ln_eps,
         ln_affine=False,
         act_fn=act_fn,
@@ -571,6 +703,12 @@ def compile(program: Program, dtype: str = "float64") -> ExactTransformer:  # no
                 block.mlp.b_out[rows(f.outputs)] += f.b_out.to(dt)
                 entry["ffns"][f.name] = [start, end]
                 start = end
+            selectors = layer.selectors()
+            if selectors is not None:
+                for ln, selector in zip((block.ln1, getattr(block, "ln2", None)), selectors, strict=True):
+                    if ln is not None:
+                        _set_selector(ln, selector, rows)
+                entry["ln"] = [list(s.slots) for s in selectors]
             record.append(entry)
         for k, (out, row) in enumerate(readout.weights.items()):
             for label, value in row.items():
@@ -604,6 +742,15 @@ def parallel(*stacks: Layer | Sequence[Layer]) -> tuple[Layer, ...]:
     merged: list[Layer] = []
     for i in range(depth):
         parts = [s[i] for s in lists if i < len(s)]
+        selective = [p for p in parts if p.pre_ln]
+        if selective and len([p for p in parts if p.heads or p.ffns or p.pre_ln]) > 1:
+            raise ExactLensError(
+                f"parallel composition: layer {i} merges a selective pre-LN layer (ln1/ln2) with other pieces; "
+                "one LN normalizes all its slots together — compose these serially instead"
+            )
+        if selective:
+            merged.append(selective[0])
+            continue
         with_heads = [p for p in parts if p.heads]
         settings = {p.attention for p in with_heads}
         if len(settings) > 1:
@@ -638,6 +785,8 @@ def rename(stack: Layer | Sequence[Layer], mapping: Mapping[str, str] | str) -> 
             layer,
             heads=tuple(h.relabel(mapping) for h in layer.heads),
             ffns=tuple(f.relabel(mapping) for f in layer.ffns),
+            ln1=layer.ln1.relabel(mapping) if layer.ln1 is not None else None,
+            ln2=layer.ln2.relabel(mapping) if layer.ln2 is not None else None,
         )
         for layer in layers
     )
