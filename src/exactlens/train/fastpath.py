@@ -96,12 +96,15 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.
 
 
 def _layer_norm(cfg: ExactConfig, params: Params, prefix: str, x: torch.Tensor) -> torch.Tensor:
-    """exactlens.model.components.LayerNorm with per-run gain and bias ([R, d] -> [R, 1, 1, d])."""
-    if cfg.ln_center:
+    """exactlens.model.components.LayerNorm with per-run gain and bias ([R, d] -> [R, 1, 1, d]).
+    Full LN and scaling-only LN use torch's fused kernels (one pass forward, one backward)."""
+    if cfg.ln_center and cfg.ln_scale:
+        x = F.layer_norm(x, x.shape[-1:], eps=cfg.ln_eps)
+    elif cfg.ln_scale:
+        x = F.rms_norm(x, x.shape[-1:], eps=cfg.ln_eps)
+    else:
         x = x - x.mean(-1, keepdim=True)
-    if cfg.ln_scale:
-        x = x / (x.pow(2).mean(-1, keepdim=True) + cfg.ln_eps).sqrt()
-    return x * params[f"{prefix}.w"][:, None, None] + params[f"{prefix}.b"][:, None, None]
+    return torch.addcmul(params[f"{prefix}.b"][:, None, None], x, params[f"{prefix}.w"][:, None, None])
 
 
 def _attention(
