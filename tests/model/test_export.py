@@ -270,6 +270,8 @@ UNSUPPORTED = [
     (dict(normalization="pre", ln_scale=False), "ln_scale=False"),
     (dict(normalization=("pre", "none")), "normalization=('pre', 'none')"),
     (dict(normalization="pre", ln_select=True), "ln_select=True"),
+    (dict(normalization="pre", ln_final=False), "ln_final=False"),
+    (dict(normalization="none", ln_final=True), "ln_final=True"),
 ]
 
 

@@ -212,7 +212,10 @@ def naive_forward(model: ExactTransformer, tokens: torch.Tensor, n_positions: to
             for i in range(n):
                 out[f"{pre}.hook_resid_post"][b, i] = xs[i]
         for i in range(n):
-            final_ln = set(cfg.per_layer("normalization")) == {"pre"}  # only a pre-LN model in every layer
+            if cfg.ln_final is None:  # standard: a final LN iff every layer is pre-LN
+                final_ln = set(cfg.per_layer("normalization")) == {"pre"}
+            else:
+                final_ln = cfg.ln_final
             x = ln(xs[i], "ln_final") if final_ln else xs[i]
             out["logits"][b, i] = x @ P["unembed.W_U"] + P["unembed.b_U"]
     return out
@@ -290,6 +293,7 @@ def test_per_layer_switches_match_naive_reimplementation(seed):
     else:
         norm = pick(NORMALIZATIONS if seed % 2 else ("none", "pre"))
         select = "post" not in norm
+    final = (None, True, False)[seed % 3]  # the standard final LN, or forced on / off
 
     model = make_model(
         seed=100 + seed,
@@ -301,6 +305,7 @@ def test_per_layer_switches_match_naive_reimplementation(seed):
         act_fn=pick(ACTS),
         normalization=norm,
         ln_select=select,
+        ln_final=final,
         d_mlp=4,
         dtype="float64",
     )
@@ -1265,6 +1270,13 @@ def test_per_layer_normalization_and_selective_ln(tmp_path):
     with pytest.raises(ExactLensError, match="ln_select must be True or False"):
         ExactConfig(**{**BASE, "ln_select": 1})
     assert ExactConfig(**{**BASE, "normalization": ("pre", "pre")}).final_ln
+    assert not ExactConfig(**{**BASE, "normalization": "pre", "ln_final": False}).final_ln
+    forced = ExactConfig(**{**BASE, "normalization": "post", "ln_final": True})
+    assert forced.final_ln and not forced.standard_final_ln and forced.normalization_type is None
+    no_final = ExactConfig(**{**BASE, "normalization": "pre", "ln_final": False})
+    assert no_final.normalization_type is None  # TL's decompositions would apply a final LN that is not there
+    with pytest.raises(ExactLensError, match="ln_final must be True, False or None"):
+        ExactConfig(**{**BASE, "ln_final": "yes"})
     mixed = make_model(seed=5, normalization=("pre", "none"), ln_select=True, dtype="float64")
     assert not mixed.cfg.final_ln and not hasattr(mixed, "ln_final") and not hasattr(mixed.blocks[1], "ln1")
     assert mixed.cfg.normalization_type is None  # TransformerLens's decompositions do not apply

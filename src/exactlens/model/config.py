@@ -93,9 +93,10 @@ class ExactConfig:
     attn_length_scale: str | tuple[str, ...] = "none"
     hard_tie_tolerance: float = 0.0  # scores within this of the max count as tied
 
-    # normalization: per layer too; a final LN before the unembedding exists iff every
-    # layer is "pre" (a standard pre-LN model); mixed models have none.
+    # normalization: per layer too. ln_final: a layer norm before the unembedding; None = the
+    # standard choice, present iff every layer is "pre" (read it as cfg.final_ln).
     normalization: str | tuple[str, ...] = "none"
+    ln_final: bool | None = None
     # ln_select: every LN reads a linear map of its input, LN(x @ W_select) (Cookbook §5.3.3's
     # selective layer norm, pre-LN only; W_select starts as the identity).
     ln_select: bool = False
@@ -162,6 +163,10 @@ class ExactConfig:
             raise ExactLensError(
                 "ln_center=False and ln_scale=False leave nothing of layer norm; use normalization='none'"
             )
+        if self.ln_final is not None and not isinstance(self.ln_final, bool):
+            raise ExactLensError(f"ln_final must be True, False or None (auto), got {self.ln_final!r}")
+        if self.ln_final and not (self.ln_center or self.ln_scale):
+            raise ExactLensError("ln_final=True with ln_center=False and ln_scale=False leaves nothing of layer norm")
         if not isinstance(self.ln_select, bool):
             raise ExactLensError(f"ln_select must be True or False, got {self.ln_select!r}")
         if self.ln_select and "post" in norms:
@@ -211,8 +216,13 @@ class ExactConfig:
 
     @property
     def final_ln(self) -> bool:
-        """A layer norm before the unembedding: iff every layer is pre-LN."""
-        return self.uniform("normalization") == "pre"
+        """A layer norm before the unembedding: ln_final, or (None) iff every layer is pre-LN."""
+        return self.ln_final if self.ln_final is not None else self.uniform("normalization") == "pre"
+
+    @property
+    def standard_final_ln(self) -> bool:
+        """The final LN is where a standard model has it (present iff every layer is pre-LN)."""
+        return self.final_ln == (self.uniform("normalization") == "pre")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -236,7 +246,7 @@ class ExactConfig:
         apply_ln_to_stack, logit attributions) assume that each block *adds*
         to an un-normalized stream, which is false when LN sits on the stream.
         """
-        if self.uniform("normalization") == "pre" and self.ln_scale:
+        if self.uniform("normalization") == "pre" and self.ln_scale and self.standard_final_ln:
             return "LN" if self.ln_center else "RMS"
         return None
 

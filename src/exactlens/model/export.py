@@ -143,6 +143,11 @@ def export_problems(model: Any, target: str, length: int | None = None) -> list[
             f"mlp_residual=False (an FFN whose output replaces the stream) cannot be exported: {name} FFNs "
             "always add to the residual stream; allowed: mlp_residual=True"
         )
+    if norm is not None and not cfg.standard_final_ln:
+        problems.append(
+            f"ln_final={cfg.ln_final!r} with normalization={norm!r} cannot be exported: {name} has a final LN "
+            "exactly when its blocks are pre-LN; allowed: ln_final=None (the standard choice)"
+        )
     if cfg.ln_select:
         problems.append(
             f"ln_select=True (LN(x @ W_select), Cookbook §5.3.3) cannot be exported: {name} layer norms read "

@@ -19,7 +19,7 @@ One model is the case R = 1 (its parameters seen through a leading axis of size 
 single and stacked training share this one implementation. Configurations outside what
 it covers (hard or unnormalized attention, structural masks, log_visible, per-head
 results, a readout elsewhere than position 0, layers with different normalizations,
-selective LN, an FFN that replaces the stream) train through the model's own forward;
+selective LN, a non-standard final LN, an FFN that replaces the stream) train through the model's own forward;
 ``supports`` says which. Tests compare both against the model.
 """
 
@@ -47,6 +47,7 @@ def supports(model: ExactTransformer | ExactConfig) -> bool:
         and set(cfg.per_layer("attn_length_scale")) <= {"none", "log_n"}
         and not cfg.use_attn_result
         and cfg.uniform("normalization") is not None
+        and cfg.standard_final_ln
         and not cfg.ln_select
         and cfg.mlp_residual
     )

@@ -282,8 +282,17 @@ def test_soft_lookup_within_lemma_5_3_bound(dtype):
 def test_selective_layers_are_checked():
     hash_layer = H.hash_layer({"x": 1.0}, {"y": 1.0}, H.hash_labels("h"))
     readout = Readout({"o": {"x": 1.0}})
-    with pytest.raises(ExactLensError, match="final LN"):
-        compile(Program(vocab=("t",), embedding={}, layers=(hash_layer,), readout=readout))
+    # every layer selective pre-LN: compiled without a final LN (ln_final=False), so the readout
+    # reads the stream itself: here the hash, equal to the closed form
+    only_hash = compile(
+        Program(vocab=("t",), embedding={}, layers=(hash_layer,), readout=Readout({"o": {"h[0]": 1.0}})),
+        dtype="float64",
+    )
+    assert only_hash.cfg.per_layer("normalization") == ("pre",) and not only_hash.cfg.final_ln
+    assert not hasattr(only_hash, "ln_final")
+    x, y = torch.tensor([[3.0, -2.0, 0.5]], dtype=torch.float64), torch.tensor([[1.0, 4.0, 0.25]], dtype=torch.float64)
+    logits, _ = run_on_residual(only_hash, {"x": x, "y": y})
+    assert torch.allclose(logits[..., 0].double(), H.phi(x, y)[..., 0], atol=1e-14, rtol=0)
     with pytest.raises(ExactLensError, match="normalization='none'"):
         compile(Program(vocab=("t",), embedding={}, layers=(hash_layer, Layer()), readout=readout, normalization="pre"))
     with pytest.raises(ExactLensError, match="eps = 0"):

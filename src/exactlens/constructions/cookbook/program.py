@@ -592,11 +592,6 @@ def _normalization(program: Program) -> str | tuple[str, ...]:
         )
     if program.ln_eps != 0:
         raise ExactLensError(f"selective layer norm is defined with eps = 0 (§5.3.3), got ln_eps={program.ln_eps!r}")
-    if all(pre):
-        raise ExactLensError(
-            "every layer is pre-LN, so the model would normalize the stream before the readout (final LN); "
-            "append an LN-free layer (Layer()) after the last selective layer"
-        )
     return tuple("pre" if p else "none" for p in pre)
 
 
@@ -651,6 +646,7 @@ def compile(program: Program, dtype: str = "float64") -> ExactTransformer:  # no
         attn_length_scale=length,
         hard_tie_tolerance=program.hard_tie_tolerance,
         normalization=normalization,
+        ln_final=False if any(layer.pre_ln for layer in layers) else None,  # selective LN normalizes slots only
         ln_select=any(layer.pre_ln for layer in layers),
         ln_eps=program.ln_eps,
         ln_affine=False,
