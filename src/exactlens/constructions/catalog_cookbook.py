@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from exactlens.constructions import cookbook_examples as ex
+from exactlens.constructions.palindrome_hash import palindrome_hash
 from exactlens.constructions.registry import Construction, register
 
 TC = "Transformer Cookbook (Yang et al. 2025)"
@@ -71,5 +72,16 @@ register(
         "Dyck-k of depth <= D: 2D hard-attention layers cancel matched pairs, then an average",
         decide=ex.dyck_decide,
         margin=ex.dyck_margin,
+    )
+)
+register(
+    Construction(
+        "palindrome-hash",
+        "palindrome",
+        palindrome_hash,
+        f"ours ({TC} §5.1.2, §5.3.3, §4.8)",
+        "PALINDROME by layer-norm-hash lookup of the mirror n-1-i (6 layers, average-hard, selective LN); "
+        "logit (1 - M)/n at CLS, M = #mismatches (0 or >= 2), |logit| >= 1/n",
+        tags=("layer-norm-hash",),
     )
 )
