@@ -11,10 +11,10 @@ from exactlens.cli_train import TASKS
 from exactlens.constructions import build
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
-from exactlens.train import HISTORY_FIELDS, PRESETS, train
+from exactlens.train import HISTORY_FIELDS, PRESETS, fastpath, train
 from exactlens.train.data import assemble, sample_batch
 from exactlens.train.init import pytorch_default_init
-from exactlens.train.loop import loss_and_correct, readout, seed_generators
+from exactlens.train.loop import loss_and_correct, seed_generators
 from exactlens.train.presets import get_preset, resolve_options
 
 TINY = dict(epochs=3, train_length=6, test_length=8, test_strings=20, eval_every=2)
@@ -90,7 +90,7 @@ def test_padded_batch_gives_the_per_length_loss_and_gradients(task):
     def loss_and_grads(batches, weights):
         model.zero_grad()
         total = sum(
-            w * loss_and_correct(readout(model, b, fast=True), b.targets)[0]
+            w * loss_and_correct(fastpath.cls_logits(model, b.tokens, b.n_positions)[:, 0], b.targets)[0]
             for b, w in zip(batches, weights, strict=True)
         )
         total.backward()

@@ -63,11 +63,11 @@ def stack_parameters(models: Sequence[ExactTransformer]) -> dict[str, torch.Tens
     for model in models[1:]:
         if model.cfg.to_dict() != first:
             raise ExactLensError("stacked models must share one configuration (the same ExactConfig)")
-    stacked = {}
-    for name, param in models[0].named_parameters():
-        value = torch.stack([dict(m.named_parameters())[name].detach() for m in models]).clone()
-        stacked[name] = value.requires_grad_(param.requires_grad)
-    return stacked
+    tables = [dict(m.named_parameters()) for m in models]
+    return {
+        name: torch.stack([t[name].detach() for t in tables]).requires_grad_(param.requires_grad)
+        for name, param in tables[0].items()
+    }
 
 
 @torch.no_grad()

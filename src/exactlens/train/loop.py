@@ -87,27 +87,19 @@ def seed_generators(seed: int) -> dict[str, torch.Generator]:
 # ---- loss and metrics ---------------------------------------------------------
 
 
-def readout(model: ExactTransformer, batch: Batch, fast: bool = False) -> torch.Tensor:
-    """Logits at the readout position: [batch] for a sigmoid readout, [batch, classes] for
-    logits. fast=True uses exactlens.train.fastpath (same function, no hooks) where it applies."""
+def readout(model: ExactTransformer, batch: Batch) -> torch.Tensor:
+    """Logits at the readout position through the hooked forward: [batch] for a sigmoid
+    readout, [batch, classes] for logits (training uses exactlens.train.fastpath)."""
     n_positions = batch.n_positions if batch.padded else None
-    if fast and fastpath.supports(model):
-        out = fastpath.cls_logits(model, batch.tokens, n_positions)
-    else:
-        out = model(batch.tokens, n_positions)[:, model.cfg.readout_position]
+    out = model(batch.tokens, n_positions)[:, model.cfg.readout_position]
     return out[:, 0] if model.cfg.readout == "sigmoid" else out
 
 
 def loss_and_correct(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean cross-entropy (nats) and the number of correct decisions. A sigmoid
-    model accepts iff its logit is > 0 (output probability > 1/2)."""
-    if logits.ndim == 1:
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets.to(logits.dtype))
-        correct = ((logits > 0) == (targets > 0.5)).sum()
-    else:
-        loss = torch.nn.functional.cross_entropy(logits, targets)
-        correct = (logits.argmax(-1) == targets).sum()
-    return loss, correct
+    """Mean cross-entropy (nats) and the number of correct decisions of one batch (logits
+    [B] or [B, classes]). A sigmoid model accepts iff its logit is > 0 (probability > 1/2)."""
+    loss, correct = run_losses(logits[None], targets[None])
+    return loss[0], correct[0]
 
 
 @torch.no_grad()
@@ -177,7 +169,7 @@ def stack_batches(parts: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def run_losses(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-run mean cross-entropy (nats) [R] and correct decisions [R], for logits
-    [R, B] (sigmoid readout) or [R, B, classes]; the same rule as loss_and_correct."""
+    [R, B] (sigmoid readout) or [R, B, classes]; a sigmoid model accepts iff its logit is > 0."""
     if logits.ndim == 2:
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
             logits, targets.to(logits.dtype), reduction="none"
