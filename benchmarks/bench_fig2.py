@@ -3,7 +3,7 @@
     PYTHONPATH=src python benchmarks/bench_fig2.py [--threads 1] [--max-length 1000] [--strings 1000]
 
 Lengths on a logarithmic grid (8 per decade) up to 1000, 1000 random strings per
-length, PARITY and FIRST, every setting of exactlens.analysis.chiang_figures.FIG2_CURVES
+length, PARITY and FIRST, every setting of exactlens.papers.chiang_cholak.figures.FIG2_CURVES
 (the brief's three -- no layer norm, layer norm eps = 1e-5, eps = 0 -- plus the two
 with the Prop. 2 layer). Progress on stderr; the timing line and the table on stdout.
 """
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from exactlens.analysis.chiang_figures import LANGUAGES, fig2_data
+from exactlens.papers.chiang_cholak.figures import LANGUAGES, fig2_data
 
 GOAL_SECONDS = 120.0  # on 2 CPU cores
 

@@ -16,8 +16,8 @@ import torch
 
 
 def forward_ratio(repeats: int = 5) -> tuple[float, float]:
-    from exactlens.languages.pairs import PairGenerator, make_q
-    from exactlens.train.shin_matzinger import PairTrainConfig, masked_mse, new_model
+    from exactlens.papers.shin_matzinger.task import PairGenerator, make_q
+    from exactlens.papers.shin_matzinger.training import PairTrainConfig, masked_mse, new_model
 
     model = new_model(PairTrainConfig())
     batch = PairGenerator(make_q("normal", 10, 0), 50, seed=0).batch(1000)
@@ -42,7 +42,7 @@ def main() -> None:
     print(
         f"forward+backward, batch 1000: model {model_s:.3f} s, gathered {fast_s:.3f} s, ratio {model_s / fast_s:.2f}x"
     )
-    from exactlens.train.shin_matzinger import GRID, train_grid
+    from exactlens.papers.shin_matzinger.training import GRID, train_grid
 
     t0 = time.perf_counter()
     runs = train_grid(seeds=args.seeds, grid=GRID[:4], processes=args.processes, iterations=args.iterations)

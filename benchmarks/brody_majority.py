@@ -21,7 +21,7 @@ import time
 import numpy as np
 import torch
 
-from exactlens.analysis.brody_majority import BENCH_OPTIONS, majority_data, report_options
+from exactlens.papers.brody.majority_training import BENCH_OPTIONS, majority_data, report_options
 
 
 def _fmt(v: object) -> str:

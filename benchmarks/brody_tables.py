@@ -1,7 +1,7 @@
 """Brody et al. (2023) Tables 1-2 in spirit: unselectable keys in a d = 8 character LM, with and without LN scaling.
 
 Trains the 4-layer, d_model = 8 pre-LN causal character LM of
-:mod:`exactlens.analysis.brody_lm` on the docstrings of Python's standard library once per
+:mod:`exactlens.papers.brody.lm` on the docstrings of Python's standard library once per
 variant (full LN, LN without its scaling, and with --with-none also no LN), then counts on held-out
 windows the fraction of unselectable keys per layer (before LN, after LN = the attention input) and
 per head, and prints them next to the paper's Tables 1 and 2. It is a measurement, not a timing; the
@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from exactlens.analysis.brody_lm import LMSettings, brody_tables, quick_settings
+from exactlens.papers.brody.lm import LMSettings, brody_tables, quick_settings
 
 
 def _row(name: str, values: list[float | None]) -> str:

@@ -1,4 +1,4 @@
-"""Tests for exactlens.analysis.hull_model, brody_figures and the `hull` subcommand (Brody et al. 2023)."""
+"""Tests for exactlens.analysis.hull_model, hull_random and the `hull` verb (Brody et al. 2023)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from exactlens.analysis.brody_figures import fig1_data, plot_fig1
 from exactlens.analysis.hull import layer_norm_geometric, selectable_keys
 from exactlens.analysis.hull_model import hull_report, query_space, unselectable_by_layer
-from exactlens.cli_hull import add_hull_parser, format_hull_text
+from exactlens.analysis.hull_random import random_keys
+from exactlens.cli import build_parser
+from exactlens.cli.hull import format_hull_text
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.model.export import transformer_lens_major
@@ -148,8 +149,8 @@ def test_bridge_export_gives_the_same_fractions():
         unselectable_by_layer(bridge, tokens, n_positions=torch.tensor([10, 8, 10]))
 
 
-def test_fig1_grid_trends():
-    data = fig1_data(ns=(4, 16, 64), ds=(3, 8), trials=10, seed=0)
+def test_random_keys_grid_trends():
+    data = random_keys(ns=(4, 16, 64), ds=(3, 8), trials=10, seed=0)
     raw, ln = np.array(data["without_ln"]), np.array(data["with_ln"])
     assert raw.shape == ln.shape == (3, 2)
     assert np.all(np.diff(raw, axis=0) >= 0)  # grows with n
@@ -157,20 +158,12 @@ def test_fig1_grid_trends():
     assert raw[-1, 0] > raw[0, 0] and raw[-1, 0] > raw[-1, 1] and raw[-1, 0] > 0.5
     assert np.all(ln == 0.0)  # with LN (d >= 3) no unselectable key at relative tolerance 1e-9
     # d = 2: LN maps every key to one of two points, so almost all keys are duplicates.
-    assert fig1_data(ns=(8,), ds=(2,), trials=3)["with_ln"][0][0] > 0.9
-
-
-def test_plot_fig1_writes_a_png(tmp_path):
-    data = fig1_data(ns=(4, 8), ds=(3, 4), trials=2)
-    path = plot_fig1(data, tmp_path / "fig1.png")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "without LN" in format_hull_text(data)
+    assert random_keys(ns=(8,), ds=(2,), trials=3)["with_ln"][0][0] > 0.9
+    assert "without LN" in format_hull_text(random_keys(ns=(4, 8), ds=(3, 4), trials=2))
 
 
 def hull_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="exactlens")
-    add_hull_parser(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(argv)
+    return build_parser().parse_args(argv)
 
 
 def test_cli_prints_one_json_object(capsys):

@@ -12,16 +12,17 @@ import math
 import pytest
 import torch
 
-from exactlens.analysis.verify import cross_entropy_bits, parse_lengths, precision, verify, words_for_length
+from exactlens.analysis.verify import parse_lengths, precision, verify, words_for_length
 from exactlens.constructions import build, get
 from exactlens.errors import ExactLensError
 from exactlens.languages import get as get_language
+from exactlens.tasks import Parity, kinds
 
-VERIFY_KEYS = {"name", "dtype", "seed", "results"}
+VERIFY_KEYS = {"name", "dtype", "seed", "results", "task", "decision_rule"}
 VERIFY_OPTIONAL = {"params"}
 ROW_KEYS = {"length", "strings", "accuracy", "cross_entropy_bits", "min_abs_logit"}
 ROW_OPTIONAL = {"exhaustive"}
-PRECISION_KEYS = {"name", "dtype", "max_exact_length", "first_failure_length", "checked"}
+PRECISION_KEYS = {"name", "dtype", "max_exact_length", "first_failure_length", "checked", "task"}
 
 
 def ce_bits_reference(logit: float, member: bool) -> float:
@@ -94,7 +95,7 @@ def test_verify_numbers_match_independent_computation(name, params):
 def test_cross_entropy_bits_helper():
     logits = torch.tensor([0.0, 2.0, -2.0, 40.0, -40.0, 800.0], dtype=torch.float64)
     labels = torch.tensor([True, True, True, False, True, True])
-    got = cross_entropy_bits(logits, labels).tolist()
+    got = kinds.cross_entropy_bits(Parity(), logits, labels, torch.zeros(6, dtype=torch.long)).tolist()
     expected = [ce_bits_reference(float(s), bool(m)) for s, m in zip(logits, labels, strict=True)]
     assert got == pytest.approx(expected, rel=1e-12)
     assert got[0] == 1.0 and got[-1] == 0.0 and math.isfinite(got[3])
@@ -114,10 +115,10 @@ def test_verify_seeds_are_reproducible():
     c = verify(seed=4, **kwargs)
     assert a == b
     assert c["seed"] == 4 and a["results"] != c["results"]
-    construction = get("first")
-    w1, ex = words_for_length(construction, 30, 10, seed=3, exhaustive_limit=4096)
-    w2, _ = words_for_length(construction, 30, 10, seed=3, exhaustive_limit=4096)
-    w3, _ = words_for_length(construction, 30, 10, seed=4, exhaustive_limit=4096)
+    task = get("first").task_of()
+    w1, ex = words_for_length(task, 30, 10, seed=3, exhaustive_limit=4096)
+    w2, _ = words_for_length(task, 30, 10, seed=3, exhaustive_limit=4096)
+    w3, _ = words_for_length(task, 30, 10, seed=4, exhaustive_limit=4096)
     assert not ex and torch.equal(w1, w2) and not torch.equal(w1, w3)
 
 

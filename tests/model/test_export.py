@@ -136,7 +136,7 @@ CASES = {
 def build(cfg_fields: dict, std: float, seed: int = 0) -> ExactTransformer:
     fields = dict(d_model=8, n_layers=2, d_vocab=5, n_heads=2, d_vocab_out=3)
     fields.update(cfg_fields)
-    model = ExactTransformer(ExactConfig(**fields)).init_weights(seed=seed, std=std)
+    model = ExactTransformer(ExactConfig(**fields)).init_weights(seed=seed, scale=std)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -690,7 +690,7 @@ def ln_inputs(cache, layer: int) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("eps", [0.0, 0.5])
 def test_post_ln(eps, dtype):
     model = ExactTransformer(ExactConfig(**{**BASE, "normalization": "post", "ln_eps": eps, "dtype": dtype}))
-    model.init_weights(seed=10, std=0.8)  # LN gain 1 and bias 0
+    model.init_weights(seed=10, scale=0.8)  # LN gain 1 and bias 0
     _, cache = model.run_with_cache(random_tokens(3, 6, 5))
     tol = TOL[dtype] * 10
     for layer in range(2):

@@ -6,11 +6,10 @@ import pytest
 import torch
 
 from exactlens.errors import ExactLensError
-from exactlens.model import ExactTransformer
-from exactlens.train import fastpath, train, train_many
-from exactlens.train.init import pytorch_default_init
-from exactlens.train.loop import seed_generators
-from exactlens.train.presets import get_preset, resolve_options
+from exactlens.model import ExactTransformer, StackedRuns
+from exactlens.train import train, train_many
+from exactlens.train.loop import new_model, seed_generators
+from exactlens.train.presets import get_preset
 
 SMALL = dict(epochs=4, eval_every=2, test_strings=20, test_length=(3, 15), dtype="float64")
 CASES = [
@@ -47,33 +46,31 @@ def test_runs_trained_together_equal_single_runs(task, options):
     assert not torch.allclose(w0, w1)
 
 
-def test_models_the_fast_path_does_not_cover_train_one_at_a_time(monkeypatch):
-    opts = {**SMALL, "train_length": 5}
+def test_lbfgs_runs_train_one_at_a_time_and_equal_single_runs():
+    opts = {**SMALL, "train_length": 5, "optimizer": "lbfgs", "lr": 0.5, "epochs": 3}
     single = [train("first", seed=s, **opts) for s in (1, 2)]
-    monkeypatch.setattr(fastpath, "supports", lambda model: False)
     grouped = train_many("first", [1, 2], **opts)
-    assert grouped[0].info["trained_with"] == {"seeds": [1, 2], "stacked": False}
+    assert grouped[0].info["trained_with"] == {"seeds": [1, 2], "stacked": False, "optimizer": "lbfgs"}
     _compare(single, grouped)
 
 
 def test_stacked_forward_and_gradients_match_each_model():
-    preset = get_preset("parity")
-    opts = resolve_options(preset, {"dtype": "float64", "scaled": True})
-    models = [pytorch_default_init(ExactTransformer(preset.config(opts)), seed_generators(s)["init"]) for s in (4, 5)]
-    params = fastpath.stack_parameters(models)
-    lang = preset.language_of(opts)
+    spec = get_preset("parity").spec({"dtype": "float64", "scaled": True})
+    models = [new_model(spec, seed_generators(s)["init"]).set_fused(False) for s in (4, 5)]
+    stacked = StackedRuns(models)
+    lang = spec.task
     gen = torch.Generator().manual_seed(0)
     tokens = torch.stack([lang.encode(lang.sample(6, 3, gen)).tokens for _ in models])
     n_positions = torch.tensor([[7, 5, 6], [7, 7, 3]])  # |w| = 6 plus [CLS]: 7 positions, some rows cut
-    out = fastpath.stacked_cls_logits(models[0].cfg, params, tokens, n_positions)
+    out = stacked.readout(tokens, n_positions)
     out.square().sum().backward()
     for r, model in enumerate(models):
-        want = model(tokens[r], n_positions[r])[:, 0]
+        want = model.readout(tokens[r], n_positions[r])
         torch.testing.assert_close(out[r].detach(), want.detach(), atol=1e-12, rtol=0)
         want.square().sum().backward()
         for name, p in model.named_parameters():
             if p.grad is not None and p.numel():
-                torch.testing.assert_close(params[name].grad[r], p.grad, atol=1e-10, rtol=0, msg=name)
+                torch.testing.assert_close(stacked.params[name].grad[r], p.grad, atol=1e-10, rtol=0, msg=name)
 
 
 def test_checkpoints_per_seed_and_bad_seeds(tmp_path):
@@ -82,7 +79,8 @@ def test_checkpoints_per_seed_and_bad_seeds(tmp_path):
         folder = tmp_path / f"seed{run.seed}"
         assert run.checkpoint == folder
         info = json.loads((folder / "run.json").read_text())
-        assert info["seed"] == run.seed and info["trained_with"] == {"seeds": [2, 5], "stacked": True}
+        assert info["seed"] == run.seed
+        assert info["trained_with"] == {"seeds": [2, 5], "stacked": True, "optimizer": "adam"}
         assert len((folder / "history.jsonl").read_text().splitlines()) == 2
         loaded = ExactTransformer.load(folder)
         for p, q in zip(loaded.parameters(), run.model.parameters(), strict=True):
@@ -93,9 +91,9 @@ def test_checkpoints_per_seed_and_bad_seeds(tmp_path):
         train_many("first", [], epochs=1)
     with pytest.raises(ExactLensError, match="one configuration"):
         preset = get_preset("first")
-        a = ExactTransformer(preset.config(resolve_options(preset, {})))
-        b = ExactTransformer(preset.config(resolve_options(preset, {"scaled": True})))
-        fastpath.stack_parameters([a, b])
+        a = ExactTransformer(preset.spec({}).config)
+        b = ExactTransformer(preset.spec({"scaled": True}).config)
+        StackedRuns([a, b])
 
 
 def test_cli_trains_several_seeds_together(tmp_path, capsys):

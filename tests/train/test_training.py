@@ -7,24 +7,22 @@ import pytest
 import torch
 
 from exactlens.cli import main as cli_main
-from exactlens.cli_train import TASKS
 from exactlens.constructions import build
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
-from exactlens.train import HISTORY_FIELDS, PRESETS, fastpath, train
+from exactlens.tasks import kinds
+from exactlens.train import HISTORY_FIELDS, KIND_FIELDS, preset_names, train
 from exactlens.train.data import assemble, sample_batch
-from exactlens.train.init import pytorch_default_init
-from exactlens.train.loop import loss_and_correct, seed_generators
-from exactlens.train.presets import get_preset, resolve_options
+from exactlens.train.loop import new_model, seed_generators
+from exactlens.train.presets import get_preset
 
 TINY = dict(epochs=3, train_length=6, test_length=8, test_strings=20, eval_every=2)
 
 
 def _model(task, seed=0, **options):
-    preset = get_preset(task)
-    opts = resolve_options(preset, options)
-    model = pytorch_default_init(ExactTransformer(preset.config(opts)), seed_generators(seed)["init"])
-    return model, preset.language_of(opts), opts
+    spec = get_preset(task).spec(options)
+    model = new_model(spec, seed_generators(seed)["init"]).set_fused(False)
+    return model, spec.task, spec.options
 
 
 @pytest.mark.parametrize("task,construction", [("first", "first"), ("parity", "parity")])
@@ -43,8 +41,11 @@ def test_chiang_presets_copy_the_exact_solution_architecture(task, construction)
     assert set(scaled.cfg.per_layer("attn_length_scale")) == {"log_n"}
 
 
-def test_cli_task_list_matches_presets():
-    assert set(TASKS) == set(PRESETS)
+def test_cli_lists_every_preset(capsys):
+    assert {"first", "parity", "one", "majority"} <= set(preset_names())
+    assert cli_main(["list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {p["name"] for p in listed["presets"]} == set(preset_names())
 
 
 def test_pytorch_default_init_distributions():
@@ -90,11 +91,11 @@ def test_padded_batch_gives_the_per_length_loss_and_gradients(task):
     def loss_and_grads(batches, weights):
         model.zero_grad()
         total = sum(
-            w * loss_and_correct(fastpath.cls_logits(model, b.tokens, b.n_positions)[:, 0], b.targets)[0]
+            w * kinds.loss(lang, model.readout(b.tokens, b.n_positions), b.targets, b.n_positions).mean()
             for b, w in zip(batches, weights, strict=True)
         )
         total.backward()
-        return float(total), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return float(total.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     loss_pad, grad_pad = loss_and_grads([padded], [1.0])
     loss_sep, grad_sep = loss_and_grads([assemble(lang, [g]) for g in groups], [3 / 9] * 3)
@@ -105,7 +106,7 @@ def test_padded_batch_gives_the_per_length_loss_and_gradients(task):
 
 
 def test_variable_lengths_are_drawn_from_the_range():
-    lang = get_preset("first").language_of({})
+    lang = get_preset("first").task_of({})
     batch = sample_batch(lang, 400, (3, 7), torch.Generator().manual_seed(0))
     assert set(batch.lengths.tolist()) == {3, 4, 5, 6, 7}
     assert torch.equal(batch.n_positions, batch.lengths + 1)
@@ -124,7 +125,7 @@ def test_checkpoint_reloads_to_identical_outputs_and_history_schema(tmp_path):
     run = train("first", out=tmp_path / "run", seed=0, **TINY)
     assert run.checkpoint == tmp_path / "run"
     loaded = ExactTransformer.load(run.checkpoint)
-    tokens = get_preset("first").language_of({}).tokenize(["1011", "0", "111000"])
+    tokens = get_preset("first").task_of({}).tokenize(["1011", "0", "111000"])
     torch.testing.assert_close(
         loaded(tokens.tokens, tokens.n_positions), run.model(tokens.tokens, tokens.n_positions), rtol=0, atol=0
     )
@@ -133,15 +134,17 @@ def test_checkpoint_reloads_to_identical_outputs_and_history_schema(tmp_path):
     assert records == json.loads(json.dumps(run.history))
     assert len(records) == TINY["epochs"]
     for rec in records:
-        assert tuple(rec) == HISTORY_FIELDS
+        # the generic fields, the kind's (none for membership), the preset's metric, the evaluation flag
+        assert set(rec) == {*HISTORY_FIELDS, *KIND_FIELDS["membership"], "test_attn_first", "test_evaluated"}
         assert rec["strings_seen"] == 100 * rec["epoch"] and rec["step"] == rec["epoch"]
         evaluated = rec["epoch"] % 2 == 0 or rec["epoch"] == TINY["epochs"]
-        assert (rec["test_accuracy"] is not None) == evaluated
-        assert rec["test_query_angle_deg"] is None
+        assert rec["test_evaluated"] == evaluated and (rec["test_accuracy"] is not None) == evaluated
         if evaluated:
             assert 0 <= rec["test_accuracy"] <= 1 and rec["test_loss_bits"] > 0 and rec["test_attn_first"] > 0
     info = json.loads((run.checkpoint / "run.json").read_text())
     assert info["seed"] == 0 and info["options"]["train_length"] == [6, 6] and info["final"] == records[-1]
+    assert info["task_spec"] == {"name": "first", "kind": "membership", "params": {}}
+    assert loaded.cfg.task == info["task_spec"] and info["trained_with"]["optimizer"] == "adam"
 
 
 def test_batch_size_one_is_one_step_per_string():
@@ -160,7 +163,8 @@ def test_majority_preset_records_the_query_angle():
     cfg = run.model.cfg
     assert (cfg.n_layers, cfg.d_model, cfg.d_vocab_out, cfg.normalization, cfg.d_mlp) == (1, 8, 20, "pre", 0)
     final = run.final
-    assert 0 <= final["test_query_angle_deg"] <= 90 and final["test_attn_first"] is None
+    assert 0 <= final["test_query_angle_deg"] <= 90 and "test_attn_first" not in final
+    assert run.info["task_spec"]["kind"] == "classification"
     assert run.history[0]["lr"] > run.history[-1]["lr"]  # linear schedule
     scale_only = train("majority", seed=0, epochs=1, strings_per_epoch=8, test_strings=8, layer_norm="scale_only")
     assert scale_only.model.cfg.ln_center is False
@@ -179,7 +183,7 @@ def test_majority_preset_records_the_query_angle():
         (dict(train_length="10"), "train_length"),
         (dict(layer_norm="both"), "layer_norm"),
         (dict(positions="first"), "positions"),
-        (dict(num_classes=3), "majority"),
+        (dict(num_classes=3), r"unknown training options \['num_classes'\] for 'first'"),
         (dict(learning_rate=1e-3), "unknown training options"),
     ],
 )
@@ -224,14 +228,14 @@ def test_cli_train_json(tmp_path, capsys):
 def test_query_angle_is_the_query_direction_on_the_normalized_keys():
     """Independent check: the CLS score of key j is a function of LN's normalized vector n_j;
     its gradient with respect to n_j is the query's direction in that space (w * W_K q)."""
-    from exactlens.languages import get as get_language
+    from exactlens.tasks import get as get_task
     from exactlens.train.loop import evaluate
 
     run = train("majority", seed=1, epochs=2, strings_per_epoch=32, test_strings=16, train_length=9, test_length=9)
     model = run.model.double()
     with torch.no_grad():  # a gain far from 1, so that leaving it out would show
         model.blocks[0].ln1.w.copy_(torch.linspace(0.2, 3.0, model.cfg.d_model, dtype=torch.float64))
-    lang = get_language("majority")
+    lang = get_task("majority")
     batch = sample_batch(lang, 6, (9, 9), torch.Generator().manual_seed(0))
     captured = {}
 
@@ -255,4 +259,5 @@ def test_query_angle_is_the_query_direction_on_the_normalized_keys():
         cos = grad.sum().abs() / (grad.norm() * math.sqrt(model.cfg.d_model))
         angles.append(float(torch.rad2deg(torch.arccos(cos.clamp(max=1.0)))))
     expected = sum(angles) / len(angles)
-    assert evaluate(model, batch)["query_angle_deg"] == pytest.approx(expected, abs=1e-6)
+    metrics = get_preset("majority").metrics
+    assert evaluate(model, batch, lang, metrics)["test_query_angle_deg"] == pytest.approx(expected, abs=1e-6)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from exactlens.viz.report import build_report
+from exactlens.viz.page import build_report
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from exactlens.analysis import chiang_figures as cf
 from exactlens.constructions import names
-from exactlens.viz.report import SECTION_BUILDERS, Section, build_report
+from exactlens.papers.chiang_cholak import figures as cf
+from exactlens.viz.page import Section, build_report, section_builders
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # A URL the browser would fetch: in src/href/action attributes, ES module imports, CSS url()/@import.
@@ -151,7 +151,7 @@ def test_adding_a_section_is_one_builder(tmp_path: Path) -> None:
     def extra(ctx) -> list[Section]:
         return [Section("Extra <b>", "extra", "<p>added</p>")]
 
-    index = build_report(["first-flawed"], tmp_path, quick=True, builders=[*SECTION_BUILDERS[:2], extra])
+    index = build_report(["first-flawed"], tmp_path, quick=True, builders=[*section_builders()[:2], extra])
     page = index.read_text(encoding="utf-8")
     assert 'id="extra"' in page and "Extra &lt;b&gt;" in page and "<p>added</p>" in page
     assert 'id="construction-first-flawed"' in page and 'id="construction-parity"' not in page

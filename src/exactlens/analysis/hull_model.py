@@ -383,14 +383,9 @@ def hull_report(
         info = {"kind": "checkpoint", "path": str(path), "dtype": cfg.dtype, "positions": wanted,
                 "sequences_per_length": sequences_per_length, "tokens": "uniform random ids", "seed": int(seed)}
     else:
-        from exactlens.constructions.registry import get
+        from exactlens.constructions.registry import get_target
 
-        try:
-            construction = get(str(target))
-        except ExactLensError as err:
-            raise ExactLensError(
-                f"{target!r} is neither a checkpoint directory nor a construction name: {err}"
-            ) from err
+        construction = get_target(target)
         model = construction.make(dtype=dtype)
         lang = construction.lang()
         wanted = _check_lengths(lengths or DEFAULT_LENGTHS, "lengths (word lengths)", 0)

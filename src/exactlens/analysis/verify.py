@@ -1,24 +1,32 @@
-"""verify and precision: accuracy and cross-entropy of constructions, and where floats break them.
+"""verify and precision: how well a model answers its task, and where floating point breaks it.
 
-Cross-entropy is in bits per string, as in Chiang & Cholak Fig. 2, computed in
-float64 from the model's logit (so the model's dtype alone decides the logit).
+Both read a model only through the task protocol: the task samples (or enumerates) words and
+gives their targets, the model's readout gives outputs, and the model's reader (its task and
+decision rule, exactlens.tasks.reader) decides. So they work for every kind of task.
+
+Cross-entropy is in bits per word (membership and classification, as in Chiang & Cholak
+Fig. 2) or per predicted position (prediction), computed in float64 from the model's outputs
+(so the model's dtype alone decides them). ``min_abs_logit`` is the smallest distance of a
+word's outputs from the decision boundary (|logit|, or the gap between the two largest
+logits); for regression it is null and ``max_abs_error`` says how far the outputs are from
+the targets (exact within ``tolerance``: 16 rounding units of the model's dtype at the size of
+the values involved).
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from exactlens import tasks
 from exactlens.constructions.registry import Construction, get
 from exactlens.errors import ExactLensError
-from exactlens.languages import Language
-from exactlens.languages import get as get_language
 from exactlens.model import ExactTransformer
+from exactlens.tasks import kinds
+from exactlens.tasks.decisions import Reader
 
 ATTENTION_MEMORY_BUDGET = 2**28  # bytes of attention scores per chunk (~256 MB)
 GAP_SCAN_LIMIT = 64  # precision(): gaps up to this many lengths are scanned one by one
@@ -57,98 +65,83 @@ def log_grid(max_length: int, points_per_decade: int = 8, start: int = 1) -> lis
 
 
 @torch.no_grad()
+def outputs_of(model: ExactTransformer, tokens: torch.Tensor, n_positions: torch.Tensor | None = None) -> torch.Tensor:
+    """The model's readout, computed in chunks that keep attention memory bounded."""
+    return model.readout(tokens, n_positions, max_score_bytes=ATTENTION_MEMORY_BUDGET)
+
+
 def readout_logits(model: ExactTransformer, tokens: torch.Tensor) -> torch.Tensor:
-    """Readout logits [batch], computed in chunks that keep attention memory bounded."""
-    n_pos = tokens.shape[1]
-    per_row = model.cfg.n_heads * n_pos * n_pos * torch.finfo(model.cfg.torch_dtype).bits // 8 * 4
-    chunk = max(1, ATTENTION_MEMORY_BUDGET // max(per_row, 1))
-    return torch.cat([_readout(model, tokens[i : i + chunk]) for i in range(0, tokens.shape[0], chunk)])
-
-
-def _readout(model: ExactTransformer, tokens: torch.Tensor) -> torch.Tensor:
-    """sigmoid: the logit [batch]; logits: the outputs at cfg.readout_position [batch, out];
-    per_position: every output [batch, pos, out] (tokens are unpadded here)."""
-    if model.cfg.readout == "sigmoid":
-        return model.readout_logits(tokens)
-    out = model(tokens)
-    return out if model.cfg.readout == "per_position" else out[:, model.cfg.readout_position]
-
-
-def language_of(construction: Construction, model: ExactTransformer | None = None) -> Language:
-    """The construction's language with the parameters its model was built for
-    (model.cfg.metadata["language_params"], e.g. Dyck's k and depth bound)."""
-    params = model.cfg.metadata.get("language_params", {}) if model is not None else {}
-    return get_language(construction.language, **params)
-
-
-def check_model_length(construction: Construction, model: ExactTransformer, length: int) -> None:
-    """The registry's limits plus a limit the model was built for (metadata["max_length"],
-    e.g. a nonuniform construction's maximum length N)."""
-    construction.check_length(length)
-    limit = model.cfg.metadata.get("max_length")
-    if limit is not None and length > limit:
-        raise ExactLensError(f"{construction.name} was built for |w| <= {limit}; length {length} is beyond it")
-
-
-def margins(construction: Construction, logits: torch.Tensor) -> torch.Tensor:
-    """Per word, how far the output is from the decision boundary: construction.margin if
-    set, else |logit| (sigmoid) or the gap between the two largest logits (classes)."""
-    if construction.margin is not None:
-        return construction.margin(logits)
-    if logits.ndim == 2 and logits.shape[1] > 1:
-        top = logits.topk(2, dim=1).values
-        return top[:, 0] - top[:, 1]
-    return logits.abs()
-
-
-def cross_entropy_bits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
-    """-log2 P(correct label) per string, in float64: under sigmoid(logit) for bool labels,
-    under softmax(logits) for class labels; None when the outputs are not probabilities
-    of the labels (e.g. a uniform construction's external check on several outputs)."""
-    s = logits.double()
-    if labels.dtype == torch.bool and s.ndim == 1:
-        return torch.where(labels, F.softplus(-s), F.softplus(s)) / math.log(2)
-    if labels.dtype != torch.bool and s.ndim == labels.ndim + 1:
-        return -torch.log_softmax(s, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1) / math.log(2)
-    return None
+    """The model's outputs on unpadded tokens (chunked); the name from before every readout was one."""
+    return outputs_of(model, tokens)
 
 
 def words_for_length(
-    construction: Construction, length: int, strings: int, seed: int, exhaustive_limit: int,
-    model: ExactTransformer | None = None,
+    task: tasks.Task, length: int, strings: int, seed: int, exhaustive_limit: int
 ) -> tuple[torch.Tensor, bool]:
     """All words if there are at most exhaustive_limit of them, else `strings` sampled ones."""
-    lang = language_of(construction, model)
-    if len(lang.alphabet) ** length <= exhaustive_limit:
-        return lang.all_words(length), True
     gen = torch.Generator().manual_seed(seed * 1_000_003 + length)
-    return lang.sample(length, strings, gen), False
+    return task.words(length, strings, gen, exhaustive_limit)
 
 
-def decisions(construction: Construction, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
-    """construction.decide(logits), or decide(logits, n_positions) for a decide that takes
-    two parameters (a threshold that depends on the length, e.g. Nowak et al.'s PALINDROME)."""
-    if len(inspect.signature(construction.decide).parameters) == 2:
-        return construction.decide(logits, n_positions)
-    return construction.decide(logits)
+def regression_tolerance(model: ExactTransformer, targets: torch.Tensor) -> float:
+    """Exactness tolerance of a regression model: 16 rounding units of its dtype at the size of the
+    targets or of the largest value it computes on the way (metadata["value_scale"])."""
+    return kinds.regression_tolerance(model.cfg.torch_dtype, targets, model.cfg.metadata.get("value_scale", 1.0))
 
 
-def evaluate_words(construction: Construction, model: ExactTransformer, ids: torch.Tensor) -> dict[str, Any]:
-    lang = language_of(construction, model)
-    batch = lang.encode(ids)
-    tokens = batch.tokens
-    logits = readout_logits(model, tokens)
-    truth = lang.targets(ids)  # membership bits, or class indices for tasks
-    correct = decisions(construction, logits, batch.n_positions) == truth
-    ce = cross_entropy_bits(logits, truth)
-    return {
+def evaluate_words(reader: Reader, model: ExactTransformer, ids: torch.Tensor) -> dict[str, Any]:
+    """Score the model on words of one length (ids [B, L])."""
+    task = reader.task
+    batch = task.encode(ids)
+    outputs = outputs_of(model, batch.tokens)
+    truth = task.targets(ids)
+    predictions = reader.decide(outputs, batch.n_positions)
+    tolerance = regression_tolerance(model, truth) if task.kind == "regression" else None
+    scores = task.score(predictions, truth, batch.n_positions, tolerance)
+    ce = kinds.cross_entropy_bits(task, outputs, truth, batch.n_positions) if reader.has_logits else None
+    margin = reader.margin(outputs, batch.n_positions)
+    row = {
         "strings": int(ids.shape[0]),
-        "accuracy": float(correct.double().mean()),
+        "accuracy": scores.accuracy,
         "cross_entropy_bits": None if ce is None else float(ce.mean()),
-        "min_abs_logit": float(margins(construction, logits).min()),
-        "errors": int((~correct).sum()),
-        "finite": bool(torch.isfinite(logits).all()),
+        "min_abs_logit": None if margin is None else float(margin.min()),
+        "errors": int((~scores.correct).sum()),
+        "finite": bool(torch.isfinite(outputs).all()),
     }
+    if scores.position_correct is not None:
+        row["per_position_accuracy"] = scores.per_position_accuracy
+    if scores.squared_error is not None:
+        errors = scores.squared_error[scores.valid].sqrt()
+        row["max_abs_error"] = float(errors.max()) if errors.numel() else 0.0
+        row["mse"] = float(scores.squared_error[scores.valid].mean()) if errors.numel() else 0.0
+        row["tolerance"] = tolerance
+    return row
+
+
+def verify_model(
+    model: ExactTransformer,
+    lengths: Iterable[int],
+    strings: int = 1000,
+    seed: int = 0,
+    exhaustive_limit: int = 4096,
+    task: tasks.Task | None = None,
+    construction: Construction | None = None,
+) -> list[dict[str, Any]]:
+    """Per length: accuracy, cross-entropy, smallest margin (and per kind: per-position accuracy,
+    regression errors) of any model of a task (its own cfg.task unless ``task`` is given)."""
+    if isinstance(strings, bool) or not isinstance(strings, int) or strings < 1:
+        raise ExactLensError(f"strings must be an integer >= 1, got {strings!r}")
+    reader = tasks.reader(model, task)
+    results = []
+    for length in lengths:
+        if construction is not None:
+            construction.check_length(length, model)
+        reader.task.check_length(length)
+        ids, exhaustive = words_for_length(reader.task, length, strings, seed, exhaustive_limit)
+        row = evaluate_words(reader, model, ids)
+        keep = {k: v for k, v in row.items() if k not in ("errors", "finite")}
+        results.append({"length": length, **keep, "exhaustive": exhaustive})
+    return results
 
 
 def verify(
@@ -161,41 +154,39 @@ def verify(
     params: dict[str, Any] | None = None,
     model: ExactTransformer | None = None,
 ) -> dict[str, Any]:
-    """Accuracy, cross-entropy (bits/string) and the smallest |logit| per length.
+    """Accuracy, cross-entropy and the smallest margin per length of a construction.
 
     Lengths whose words number at most exhaustive_limit are checked exhaustively.
     """
     construction = get(name)
-    if strings < 1:
-        raise ExactLensError(f"strings must be >= 1, got {strings}")
     params = params or {}
     model = model if model is not None else construction.make(dtype=dtype, **params)
-    results = []
-    for length in lengths:
-        check_model_length(construction, model, length)
-        ids, exhaustive = words_for_length(construction, length, strings, seed, exhaustive_limit, model)
-        row = evaluate_words(construction, model, ids)
-        results.append({
-            "length": length,
-            "strings": row["strings"],
-            "accuracy": row["accuracy"],
-            "cross_entropy_bits": row["cross_entropy_bits"],
-            "min_abs_logit": row["min_abs_logit"],
-            "exhaustive": exhaustive,
-        })
-    return {"name": name, "dtype": dtype, "seed": seed, "params": params, "results": results}
+    results = verify_model(model, lengths, strings, seed, exhaustive_limit, construction=construction)
+    return {
+        "name": name,
+        "dtype": dtype,
+        "seed": seed,
+        "params": params,
+        "task": model.cfg.task,
+        "decision_rule": tasks.reader(model).name,
+        "results": results,
+    }
 
 
-def _check_length(construction: Construction, model: ExactTransformer, length: int, strings: int, seed: int
-                  ) -> dict[str, Any]:
-    lang = language_of(construction, model)
-    ids, exhaustive = words_for_length(construction, length, strings, seed, exhaustive_limit=256, model=model)
-    hard = lang.hard_words(length)
+def _check_length(
+    construction: Construction, reader: Reader, model: ExactTransformer, length: int, strings: int, seed: int
+) -> dict[str, Any]:
+    task = reader.task
+    ids, exhaustive = words_for_length(task, length, strings, seed, exhaustive_limit=256)
+    hard = task.hard_words(length)
     if hard.shape[0]:
-        ids = torch.cat([ids, hard])
-    row = evaluate_words(construction, model, ids)
-    return {"length": length, "strings": row["strings"], "errors": row["errors"],
-            "min_abs_logit": row["min_abs_logit"], "exhaustive": exhaustive}
+        ids = torch.cat([ids, hard.long()])
+    row = evaluate_words(reader, model, ids)
+    out = {"length": length, "strings": row["strings"], "errors": row["errors"],
+           "min_abs_logit": row["min_abs_logit"], "exhaustive": exhaustive}
+    if "max_abs_error" in row:
+        out["max_abs_error"] = row["max_abs_error"]
+    return out
 
 
 def precision(
@@ -209,29 +200,31 @@ def precision(
 ) -> dict[str, Any]:
     """Where a construction stops being exact in a dtype.
 
-    Checks sampled words plus the language's hardest words at every length up to
-    32 and on a logarithmic grid above; after the first failing grid length, the gap
-    to the last passing one is narrowed by bisection down to GAP_SCAN_LIMIT lengths,
-    which are then checked one by one (exact when failures persist once they start,
-    as they do for every construction here). max_exact_length is the largest length L such that every checked
-    length <= L is exact (the full range if nothing fails).
+    Checks sampled words plus the task's hardest words at every length up to 32 and on a
+    logarithmic grid above; after the first failing grid length, the gap to the last passing one
+    is narrowed by bisection down to GAP_SCAN_LIMIT lengths, which are then checked one by one
+    (exact when failures persist once they start, as they do for every construction here).
+    max_exact_length is the largest length L such that every checked length <= L is exact (the
+    full range if nothing fails).
     """
     construction = get(name)
-    if max_length < 1:
-        raise ExactLensError(f"max_length must be >= 1, got {max_length}")
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise ExactLensError(f"max_length must be an integer >= 1, got {max_length!r}")
     params = params or {}
     model = construction.make(dtype=dtype, **params)
-    check_model_length(construction, model, max_length)
+    reader = tasks.reader(model)
+    construction.check_length(max_length, model)
+    low = max(1, reader.task.min_length, construction.min_length)
     if lengths is None:
-        grid = sorted(set(range(1, min(32, max_length) + 1)) | set(log_grid(max_length, 16, start=32)
-                                                                   if max_length > 32 else []))
+        grid = sorted(set(range(low, min(32, max_length) + 1))
+                      | set(log_grid(max_length, 16, start=32) if max_length > 32 else []))
     else:
         grid = sorted(set(lengths))
     checked: dict[int, dict[str, Any]] = {}
     first_failure = None
-    last_pass = 0
+    last_pass = low - 1
     for length in grid:
-        checked[length] = _check_length(construction, model, length, strings, seed)
+        checked[length] = _check_length(construction, reader, model, length, strings, seed)
         if checked[length]["errors"]:
             first_failure = length
             break
@@ -239,18 +232,18 @@ def precision(
     if first_failure is not None:
         # Narrow (last_pass, first_failure): every length when the gap is small, else by
         # bisection (assumes failures persist once they start; say so in the output).
-        low, high = last_pass, first_failure
-        while high - low > 1:
-            if high - low <= GAP_SCAN_LIMIT:
-                for length in range(low + 1, high):
-                    checked[length] = _check_length(construction, model, length, strings, seed)
+        low_end, high = last_pass, first_failure
+        while high - low_end > 1:
+            if high - low_end <= GAP_SCAN_LIMIT:
+                for length in range(low_end + 1, high):
+                    checked[length] = _check_length(construction, reader, model, length, strings, seed)
                     if checked[length]["errors"]:
                         high = length
                         break
                 break
-            mid = (low + high) // 2
-            checked[mid] = _check_length(construction, model, mid, strings, seed)
-            low, high = (low, mid) if checked[mid]["errors"] else (mid, high)
+            mid = (low_end + high) // 2
+            checked[mid] = _check_length(construction, reader, model, mid, strings, seed)
+            low_end, high = (low_end, mid) if checked[mid]["errors"] else (mid, high)
         first_failure = high
     rows = [checked[k] for k in sorted(checked)]
     max_exact = (first_failure - 1) if first_failure is not None else max(grid)
@@ -258,6 +251,7 @@ def precision(
         "name": name,
         "dtype": dtype,
         "params": params,
+        "task": model.cfg.task,
         "max_exact_length": max_exact,
         "first_failure_length": first_failure,
         "checked": rows,

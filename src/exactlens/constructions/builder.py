@@ -18,6 +18,50 @@ from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 
 
+def token_labels(vocab: tuple[str, ...]) -> tuple[str, ...]:
+    """The indicator feature of each token: "0" -> I[w_i=0], "[CLS]" -> I[w_i=CLS]."""
+    return tuple(f"I[w_i={token.strip('[]')}]" for token in vocab)
+
+
+def labelled_config(
+    name: str,
+    labels: tuple[str, ...],
+    vocab: tuple[str, ...],
+    *,
+    layers: int,
+    heads: int,
+    d_mlp: int,
+    positions: tuple[str, ...],
+    dtype: str,
+    metadata: dict,
+    **switches,
+) -> ExactConfig:
+    """The common shape of a hand-built membership model: a residual of named features
+    (d_model = d_head = len(labels), so scores are divided by sqrt(d) as in the papers), one
+    token per vocabulary entry, softmax attention over every position, a ReLU FFN and a
+    sigmoid at [CLS] (position 0). ``switches`` override any ExactConfig field."""
+    fields = dict(
+        d_model=len(labels),
+        n_layers=layers,
+        n_heads=heads,
+        d_head=len(labels),
+        d_mlp=d_mlp,
+        d_vocab=len(vocab),
+        vocab=vocab,
+        positional_features=positions,
+        attention_mask="none",
+        attention_weighting="softmax",
+        act_fn="relu",
+        readout="sigmoid",
+        readout_position=0,
+        residual_labels=labels,
+        dtype=dtype,
+        model_name=name,
+        metadata=metadata,
+    )
+    return ExactConfig(**{**fields, **switches})
+
+
 class LabelledModel:
     """An ExactTransformer whose residual dimensions are addressed by label."""
 
@@ -43,6 +87,11 @@ class LabelledModel:
     @torch.no_grad()
     def embed(self, token_id: int, entries: Mapping[str, float]) -> None:
         self.model.embed.W_E[token_id] = self.vector(entries)
+
+    def embed_one_hot_tokens(self) -> None:
+        """Token t writes 1 to its indicator feature I[w_i=t] ([CLS] -> I[w_i=CLS])."""
+        for token_id, label in enumerate(token_labels(self.model.cfg.vocab)):
+            self.embed(token_id, {label: 1})
 
     @torch.no_grad()
     def position(self, feature: str, entries: Mapping[str, float]) -> None:

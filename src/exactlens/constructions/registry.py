@@ -1,6 +1,10 @@
-"""The registry: construction names -> builders, languages and parameters.
+"""The registry: construction names -> builders, each naming the task it solves.
 
-Other modules (and later papers) add entries with :func:`register`.
+A construction is registered with :func:`register` (exactlens's papers do it from their
+plug-ins, a user's package the same way). ``make`` builds the model and records in its config
+what it answers: ``cfg.task`` (the task with the parameters the model was built for) and
+``cfg.decision_rule`` (how its outputs are read, when not the task kind's standard way), and
+checks that the model's vocabulary is the task's.
 """
 
 from __future__ import annotations
@@ -12,48 +16,94 @@ from typing import Any
 
 import torch
 
+from exactlens import tasks
 from exactlens.errors import ExactLensError
-from exactlens.languages import Language
-from exactlens.languages import get as get_language
 from exactlens.model import ExactTransformer
-
-
-def accept_positive_logit(logits: torch.Tensor) -> torch.Tensor:
-    """Sigmoid readout: accept iff sigma(s) > 1/2, i.e. s > 0."""
-    return logits > 0
+from exactlens.plugins import Registry
+from exactlens.tasks.decisions import Reader
 
 
 @dataclass
 class Construction:
     name: str
-    language: str
+    task: str  # the task's registered name (exactlens.tasks)
     build: Callable[..., ExactTransformer]
     paper: str
     summary: str
     max_length: int | None = None  # longest |w| the construction claims (None: any)
     min_length: int = 0  # shortest |w| it is defined for
-    decide: Callable[[torch.Tensor], torch.Tensor] = accept_positive_logit
-    margin: Callable[[torch.Tensor], torch.Tensor] | None = None  # distance to the decision boundary (verify)
+    task_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # builder params -> task params
+    decision_rule: str | None = None  # a registered rule (exactlens.tasks.decisions); None: the kind's
     tags: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def language(self) -> str:
+        """The task's name (the field's name before tasks had kinds)."""
+        return self.task
 
     def defaults(self) -> dict[str, Any]:
         """Builder parameters and their defaults (dtype excluded)."""
         sig = inspect.signature(self.build)
         return {k: p.default for k, p in sig.parameters.items() if k != "dtype"}
 
-    def make(self, dtype: str = "float32", **params: Any) -> ExactTransformer:
+    def resolve(self, params: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(params) - set(self.defaults()))
         if unknown:
             raise ExactLensError(f"{self.name} has no parameters {unknown}; it takes {sorted(self.defaults())}")
+        return {**self.defaults(), **params}
+
+    def task_of(self, **params: Any) -> tasks.Task:
+        """The task a model built with these parameters answers."""
+        resolved = self.resolve(params)
+        return tasks.get(self.task, **(self.task_params(resolved) if self.task_params else {}))
+
+    def make(self, dtype: str = "float32", **params: Any) -> ExactTransformer:
+        task = self.task_of(**params)
         model = self.build(dtype=dtype, **params)
-        model.cfg.model_name = self.name  # the registry name (parameters live in cfg.metadata)
+        cfg = model.cfg
+        cfg.model_name = self.name  # the registry name (parameters live in cfg.metadata)
+        cfg.task = task.spec()
+        cfg.decision_rule = self.decision_rule
+        if cfg.vocab is not None and tuple(cfg.vocab) != task.vocab:
+            raise ExactLensError(
+                f"{self.name}: the model's vocabulary {list(cfg.vocab)} differs from its task's {list(task.vocab)} "
+                f"({task!r}); a construction must read the tokens its task writes"
+            )
+        if cfg.vocab is None:
+            cfg.vocab = task.vocab
         model.eval()
         return model
 
-    def lang(self) -> Language:
-        return get_language(self.language)
+    def reader(self, **params: Any) -> Reader:
+        """How this construction's outputs are read (its task and decision rule)."""
+        rule = tasks.decision_rule(self.decision_rule) if self.decision_rule else None
+        return Reader(self.task_of(**params), rule)
 
-    def check_length(self, length: int) -> None:
+    def decide(self, outputs: torch.Tensor, n_positions: torch.Tensor, **params: Any) -> torch.Tensor:
+        return self.reader(**params).decide(outputs, n_positions)
+
+    def lang(self, **params: Any) -> tasks.Task:
+        """The task (with default parameters unless given); the name from before tasks had kinds."""
+        return self.task_of(**params)
+
+    def length_range(self, model: ExactTransformer | None = None) -> tuple[int, int | None]:
+        """(shortest, longest |w|) a model of this construction answers: the construction's, its
+        task's, a limit the model was built for (metadata["max_length"]) and its learned position
+        table's (n_ctx); None = no upper limit."""
+        task = tasks.of_model(model) if model is not None else self.task_of()
+        highs = [self.max_length, task.max_length]
+        if model is not None:
+            highs.append(model.cfg.metadata.get("max_length"))
+            if model.cfg.learned_positions:
+                highs.append(model.cfg.n_ctx - task.n_specials)
+        known = [h for h in highs if h is not None]
+        return max(self.min_length, task.min_length), (min(known) if known else None)
+
+    def check_length(self, length: int, model: ExactTransformer | None = None) -> None:
+        """The task's length limits, the construction's, and a limit the model was built for
+        (metadata["max_length"], e.g. a nonuniform construction's N)."""
+        if not isinstance(length, int) or isinstance(length, bool):
+            raise ExactLensError(f"{self.name}: length must be an integer, got {length!r}")
         if length < self.min_length:
             raise ExactLensError(
                 f"{self.name} is defined for |w| >= {self.min_length}; length {length} is below its limit"
@@ -62,51 +112,70 @@ class Construction:
             raise ExactLensError(
                 f"{self.name} is stated for |w| <= {self.max_length}; length {length} is beyond its limit"
             )
+        if model is not None:
+            limit = model.cfg.metadata.get("max_length")
+            if limit is not None and length > limit:
+                raise ExactLensError(f"{self.name} was built for |w| <= {limit}; length {length} is beyond it")
+            task = tasks.of_model(model)
+            task.check_length(length)
+            if model.cfg.learned_positions and length + task.n_specials > model.cfg.n_ctx:
+                raise ExactLensError(
+                    f"{self.name}: |w| = {length} needs {length + task.n_specials} positions, beyond its learned "
+                    f"position table (n_ctx={model.cfg.n_ctx})"
+                )
 
     def describe(self) -> dict[str, Any]:
+        task = self.task_of()
         return {
             "name": self.name,
-            "language": self.language,
+            "language": self.task,
+            "task": {"name": task.name, "kind": task.kind},
             "paper": self.paper,
             "summary": self.summary,
             "parameters": self.defaults(),
-            "min_length": self.min_length,
+            "min_length": max(self.min_length, task.min_length),
             "max_length": self.max_length,
+            "decision_rule": self.decision_rule,
         }
 
 
-REGISTRY: dict[str, Construction] = {}
+REGISTRY: dict[str, Construction] = Registry()
 
 
 def register(construction: Construction) -> Construction:
-    if construction.name in REGISTRY:
+    if not isinstance(construction, Construction):
+        raise ExactLensError(f"register takes a Construction, got {type(construction).__name__}")
+    if REGISTRY.peek(construction.name) not in (None, construction):
         raise ExactLensError(f"construction {construction.name!r} is already registered")
     REGISTRY[construction.name] = construction
     return construction
 
 
 def get(name: str) -> Construction:
-    _load_builtin()
+    from exactlens.plugins import load_plugins
+
+    load_plugins()
     if name not in REGISTRY:
         raise ExactLensError(f"unknown construction {name!r}; known: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]
 
 
+def get_target(target: object) -> Construction:
+    """The construction named ``target``, for commands that take a checkpoint directory or a
+    construction name (the caller has found no directory of that name)."""
+    try:
+        return get(str(target))
+    except ExactLensError as err:
+        raise ExactLensError(f"{target!r} is neither a checkpoint directory nor a construction name: {err}") from err
+
+
 def names() -> list[str]:
-    _load_builtin()
+    from exactlens.plugins import load_plugins
+
+    load_plugins()
     return sorted(REGISTRY)
 
 
 def build(name: str, dtype: str = "float32", **params: Any) -> ExactTransformer:
     """Build a registered construction: ``build("parity", dtype="float64", c=2.0)``."""
     return get(name).make(dtype=dtype, **params)
-
-
-_LOADED = False
-
-
-def _load_builtin() -> None:
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        from exactlens.constructions import catalog  # noqa: F401  (registers the built-ins)

@@ -24,8 +24,10 @@ class HookPoint(_TLHookPoint):
     global module hooks) it returns its input without nn.Module's call machinery.
     Hooks added by run_with_hooks / run_with_cache / add_hook take the normal path."""
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if (
+    @property
+    def active(self) -> bool:
+        """A hook is attached here (or a global module hook exists): the value must be computed."""
+        return bool(
             self._forward_hooks
             or self._forward_pre_hooks
             or self._backward_hooks
@@ -34,9 +36,10 @@ class HookPoint(_TLHookPoint):
             or _torch_module._global_forward_pre_hooks
             or _torch_module._global_backward_hooks
             or _torch_module._global_backward_pre_hooks
-        ):
-            return super().__call__(x)
-        return x
+        )
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return super().__call__(x) if self.active else x
 
 
 def _param(*shape: int, dtype: torch.dtype, trainable: bool = True) -> nn.Parameter:
@@ -99,10 +102,17 @@ class LayerNorm(nn.Module):
             self.W_select = nn.Parameter(torch.eye(cfg.d_model, dtype=cfg.torch_dtype))
         self.hook_scale = HookPoint()
         self.hook_normalized = HookPoint()
+        self.fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if hasattr(self, "W_select"):
             x = x @ self.W_select
+        if self.fused and self.scale and not (self.hook_scale.active or self.hook_normalized.active):
+            # The same function through torch's fused kernels (one pass forward and backward; rounding
+            # differs in the last bits): the training loop turns this on (ExactTransformer.set_fused).
+            if self.center:
+                return F.layer_norm(x, x.shape[-1:], self.w, self.b, eps=self.eps)
+            return F.rms_norm(x, x.shape[-1:], eps=self.eps) * self.w + self.b
         if self.center:
             x = x - x.mean(-1, keepdim=True)
         if not self.scale:
@@ -127,6 +137,62 @@ def visible_keys(mask: str, n_pos: int, n_positions: torch.Tensor, padded: bool 
     }[mask]
     real_key = torch.arange(n_pos).unsqueeze(0) < n_positions.unsqueeze(1)  # [batch, key]
     return structural.unsqueeze(0).unsqueeze(0) & real_key[:, None, None, :]
+
+
+class FusedAttention(torch.autograd.Function):
+    """softmax(q k^T + mask) v [b, h, q, d] through torch's fused CPU attention kernel and its
+    backward (no [query, key] tensor is stored for the backward pass). Under torch.vmap the mapped
+    dimension joins the batch dimension, so R stacked runs make one kernel call, not R (torch has
+    no batching rule for the fused kernel). ``mask``: bool [b, 1, q, k] (True = visible) or None."""
+
+    @staticmethod
+    def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
+        bias = None if mask is None else torch.zeros((), dtype=q.dtype).masked_fill(~mask, -math.inf)
+        out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, False, attn_mask=bias, scale=1.0
+        )
+        return out, logsumexp, bias
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        q, k, v, _ = inputs
+        out, logsumexp, bias = output
+        ctx.save_for_backward(q, k, v, out, logsumexp)
+        ctx.bias = bias
+        ctx.mark_non_differentiable(logsumexp)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, *unused):
+        q, k, v, out, logsumexp = ctx.saved_tensors
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad.contiguous(), q, k, v, out, logsumexp, 0.0, False, attn_mask=ctx.bias, scale=1.0
+        )
+        return (*grads, None)
+
+    @staticmethod
+    def vmap(info, in_dims, q, k, v, mask):
+        runs = info.batch_size
+
+        def fold(t: torch.Tensor, dim: int | None) -> torch.Tensor:  # [R, b, ...] -> [R * b, ...]
+            t = t.movedim(dim, 0) if dim is not None else t.expand(runs, *t.shape)
+            return t.reshape(runs * t.shape[1], *t.shape[2:])
+
+        q, k, v = (fold(t, d) for t, d in zip((q, k, v), in_dims[:3], strict=True))
+        if mask is not None:
+            mask = mask.movedim(in_dims[3], 0) if in_dims[3] is not None else mask.expand(runs, *mask.shape)
+            mask = fold(mask.expand(runs, q.shape[0] // runs, *mask.shape[2:]), 0)
+        out, logsumexp, bias = FusedAttention.apply(q, k, v, mask)
+
+        def unfold(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.reshape(runs, -1, *t.shape[1:])
+
+        return (unfold(out), unfold(logsumexp), unfold(bias)), (0, 0, None if bias is None else 0)
+
+
+def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """x [batch, pos, ...] at one position per row, rows [batch] -> [batch, 1, ...]."""
+    index = rows.view(-1, 1, *([1] * (x.ndim - 2))).expand(-1, 1, *x.shape[2:])
+    return x.gather(1, index)
 
 
 def hard_weights(scores: torch.Tensor, allowed: torch.Tensor, kind: str, tol: float) -> torch.Tensor:
@@ -161,6 +227,7 @@ class Attention(nn.Module):
         self.b_O = _param(m, dtype=dt, trainable=cfg.attn_bias)
         for name in ("q", "k", "v", "attn_scores", "pattern", "z", "result"):
             setattr(self, f"hook_{name}", HookPoint())
+        self.fused = False  # ExactTransformer.set_fused
 
     # This layer's per-layer switches, read from the config (not copied, so they cannot go stale).
     @property
@@ -175,10 +242,24 @@ class Attention(nn.Module):
     def length_scale(self) -> str:
         return self.cfg.per_layer("attn_length_scale")[self.layer]
 
-    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, n_positions: torch.Tensor) -> torch.Tensor:
-        """allowed: bool [batch, 1, query, key], or None when every query sees every key."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        allowed: torch.Tensor | None,
+        n_positions: torch.Tensor,
+        query_rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """allowed: bool [batch, 1, query, key], or None when every query sees every key.
+        query_rows [batch]: only that query position of each row (keys and values from every position)."""
         cfg = self.cfg
-        q = self.hook_q(torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q)
+        x_query = x
+        if query_rows is not None:
+            x_query = gather_rows(x, query_rows)
+            if allowed is not None:
+                allowed = allowed.expand(x.shape[0], -1, -1, -1).gather(
+                    2, query_rows.view(-1, 1, 1, 1).expand(-1, 1, 1, allowed.shape[-1])
+                )
+        q = self.hook_q(torch.einsum("bpm,hmd->bphd", x_query, self.W_Q) + self.b_Q)
         k = self.hook_k(torch.einsum("bpm,hmd->bphd", x, self.W_K) + self.b_K)
         v = self.hook_v(torch.einsum("bpm,hmd->bphd", x, self.W_V) + self.b_V)
         # Scores (q . k) / divisor [* log n]; the per-row factor is applied to q so
@@ -187,6 +268,11 @@ class Attention(nn.Module):
         length_scale = self.length_scale
         if length_scale == "log_n":  # Chiang & Cholak eq. 2
             q_rows = q_rows * torch.log(n_positions.to(x.dtype))[:, None, None, None]
+        if self._fused(length_scale):
+            # The same softmax attention through torch's fused kernel, which keeps no [query, key]
+            # tensor for the backward pass (rounding differs in the last bits; see set_fused).
+            z = FusedAttention.apply(q_rows, k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), allowed)[0]
+            return self._output(self.hook_z(z.permute(0, 2, 1, 3)))
         scores = q_rows @ k.permute(0, 2, 3, 1)  # [b, h, q, k]
         if length_scale == "log_visible":
             seen = allowed.sum(-1, keepdim=True) if allowed is not None else torch.tensor(float(x.shape[1]))
@@ -205,11 +291,25 @@ class Attention(nn.Module):
             full = allowed if allowed is not None else torch.ones((1, 1, 1, 1), dtype=torch.bool)
             pattern = hard_weights(scores, full, weighting, cfg.hard_tie_tolerance)
         pattern = self.hook_pattern(pattern)
-        z = self.hook_z((pattern @ v.permute(0, 2, 1, 3)).permute(0, 2, 1, 3))  # [b, q, h, d]
-        if cfg.use_attn_result:
+        return self._output(self.hook_z((pattern @ v.permute(0, 2, 1, 3)).permute(0, 2, 1, 3)))  # z [b, q, h, d]
+
+    def _output(self, z: torch.Tensor) -> torch.Tensor:
+        if self.cfg.use_attn_result:
             result = self.hook_result(torch.einsum("bqhd,hdm->bqhm", z, self.W_O))
             return result.sum(-2) + self.b_O
         return z.flatten(2) @ self.W_O.flatten(0, 1) + self.b_O
+
+    def _fused(self, length_scale: str) -> bool:
+        """Softmax attention may run fused: when turned on (set_fused), with no hook on the scores or
+        the pattern, a length factor applied to the queries, and a mask under which every query sees
+        at least one key (the fused kernel gives NaN for a query that sees none)."""
+        return (
+            self.fused
+            and self.weighting == "softmax"
+            and length_scale in ("none", "log_n")
+            and self.mask in ("none", "causal")
+            and not (self.hook_attn_scores.active or self.hook_pattern.active)
+        )
 
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "identity": lambda x: x}
@@ -253,10 +353,15 @@ class Block(nn.Module):
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
 
-    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, n_positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, n_positions: torch.Tensor,
+                query_rows: torch.Tensor | None = None) -> torch.Tensor:
+        """query_rows [batch]: compute this layer at one position per row (every position is still
+        a key), output [batch, 1, d_model]: all a readout at that position needs from a last layer."""
         x = self.hook_resid_pre(x)
         attn_in = self.ln1(x) if self.norm == "pre" else x
-        mid = x + self.hook_attn_out(self.attn(attn_in, allowed, n_positions))
+        if query_rows is not None:
+            x = gather_rows(x, query_rows)
+        mid = x + self.hook_attn_out(self.attn(attn_in, allowed, n_positions, query_rows))
         mid = self.hook_resid_mid(self.ln1(mid) if self.norm == "post" else mid)
         if self.mlp is None:
             return self.hook_resid_post(mid)

@@ -123,6 +123,10 @@ class ExactConfig:
 
     residual_labels: tuple[str, ...] | None = None
     vocab: tuple[str, ...] | None = None  # token names, index = token id
+    # The task the model answers ({"name", "kind", "params"}: exactlens.tasks.from_spec rebuilds it) and
+    # the decision rule that reads its outputs (a registered name; None = the task kind's standard rule).
+    task: dict[str, Any] | None = None
+    decision_rule: str | None = None
     dtype: str = "float32"
     use_attn_result: bool = False  # compute per-head outputs for hook_result
     model_name: str = "exactlens"
@@ -199,6 +203,16 @@ class ExactConfig:
             raise ExactLensError(f"residual_labels has {len(self.residual_labels)} names but d_model={self.d_model}")
         if self.vocab is not None and len(self.vocab) != self.d_vocab:
             raise ExactLensError(f"vocab has {len(self.vocab)} tokens but d_vocab={self.d_vocab}")
+        if self.task is not None:
+            if not isinstance(self.task, dict) or not isinstance(self.task.get("name"), str):
+                raise ExactLensError(
+                    f"task must be None or a dict with a 'name' (exactlens task spec), got {self.task!r}"
+                )
+            unknown = sorted(set(self.task) - {"name", "kind", "params"})
+            if unknown or not isinstance(self.task.get("params", {}), dict):
+                raise ExactLensError(f"a task spec has the keys name, kind, params (a dict); got {self.task!r}")
+        if self.decision_rule is not None and not isinstance(self.decision_rule, str):
+            raise ExactLensError(f"decision_rule must be None or a registered rule name, got {self.decision_rule!r}")
 
     # ---- derived quantities -------------------------------------------------
 

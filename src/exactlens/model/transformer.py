@@ -10,7 +10,7 @@ import torch
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 
 from exactlens.errors import ExactLensError
-from exactlens.model.components import Block, Embed, HookPoint, LayerNorm, PosEmbed, Unembed, visible_keys
+from exactlens.model.components import Block, Embed, HookPoint, LayerNorm, PosEmbed, Unembed, gather_rows, visible_keys
 from exactlens.model.config import ExactConfig
 
 CONFIG_FILE = "config.json"
@@ -41,68 +41,186 @@ class ExactTransformer(HookedRootModule):
 
     # ---- forward -------------------------------------------------------------
 
-    def _check_input(self, tokens: Any, n_positions: Any) -> torch.Tensor:
+    def _check_input(self, tokens: Any, n_positions: Any) -> tuple[torch.Tensor, bool]:
+        """(n_positions [batch], padded: some row is shorter than the tensor) for valid input."""
         if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32):
             raise ExactLensError(
-                "tokens must be an integer torch.Tensor [batch, pos]; tokenize strings with the language "
-                f"(e.g. exactlens.languages.get('parity').tokenize), got {type(tokens).__name__}"
+                "tokens must be an integer torch.Tensor [batch, pos]; tokenize strings with the task "
+                f"(e.g. exactlens.tasks.get('parity').tokenize), got {type(tokens).__name__}"
                 + (f" of dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) else "")
             )
         if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise ExactLensError(f"tokens must have shape [batch >= 1, pos >= 1], got {tuple(tokens.shape)}")
-        n_pos = tokens.shape[1]
-        if self.cfg.learned_positions and n_pos > self.cfg.n_ctx:
-            raise ExactLensError(f"{n_pos} positions exceed the learned positional table (n_ctx={self.cfg.n_ctx})")
         low, high = (int(v) for v in torch.aminmax(tokens))
         if low < 0 or high >= self.cfg.d_vocab:
             raise ExactLensError(f"token ids must lie in [0, {self.cfg.d_vocab}), got range [{low}, {high}]")
+        return self._check_positions(tokens.shape[0], tokens.shape[1], n_positions)
+
+    def _check_positions(self, batch: int, n_pos: int, n_positions: Any) -> tuple[torch.Tensor, bool]:
+        if self.cfg.learned_positions and n_pos > self.cfg.n_ctx:
+            raise ExactLensError(f"{n_pos} positions exceed the learned positional table (n_ctx={self.cfg.n_ctx})")
         if n_positions is None:
-            return torch.full((tokens.shape[0],), n_pos, dtype=torch.long)
-        if not isinstance(n_positions, torch.Tensor) or n_positions.shape != (tokens.shape[0],):
-            raise ExactLensError(f"n_positions must be a tensor of shape [batch]=({tokens.shape[0]},)")
+            return torch.full((batch,), n_pos, dtype=torch.long), False
+        if not isinstance(n_positions, torch.Tensor) or n_positions.shape != (batch,):
+            raise ExactLensError(f"n_positions must be a tensor of shape [batch]=({batch},)")
         if n_positions.dtype not in (torch.int64, torch.int32):
             raise ExactLensError(f"n_positions must be an integer tensor, got dtype {n_positions.dtype}")
         if int(n_positions.min()) < 1 or int(n_positions.max()) > n_pos:
             raise ExactLensError(f"n_positions must lie in [1, {n_pos}] (positions per sequence, padding excluded)")
-        return n_positions.long()
+        return n_positions.long(), bool((n_positions != n_pos).any())
 
     def forward(
-        self, tokens: torch.Tensor, n_positions: torch.Tensor | None = None, return_type: str | None = "logits"
+        self,
+        tokens: torch.Tensor,
+        n_positions: torch.Tensor | None = None,
+        return_type: str | None = "logits",
+        *,
+        start_at_layer: int | None = None,
+        stop_at_layer: int | None = None,
+        readout_only: bool = False,
     ) -> torch.Tensor | None:
-        padded = n_positions is not None
-        n_positions = self._check_input(tokens, n_positions)
-        n_pos = tokens.shape[1]
-        padded = padded and bool((n_positions != n_pos).any())
-        allowed = {
-            mask: visible_keys(mask, n_pos, n_positions, padded) for mask in set(self.cfg.per_layer("attention_mask"))
-        }
-        x = self.hook_embed(self.embed(tokens)) + self.hook_pos_embed(self.pos_embed(n_pos, n_positions, padded))
-        for block in self.blocks:
-            x = block(x, allowed[block.attn.mask], n_positions)
-        if self.cfg.final_ln:
-            x = self.ln_final(x)
-        if return_type is None:
-            return None
-        if return_type != "logits":
+        """Logits [batch, pos, d_vocab_out].
+
+        ``start_at_layer=l``: ``tokens`` is the residual stream [batch, pos, d_model] entering
+        block l (TransformerLens's convention). ``stop_at_layer=l``: return the residual stream
+        entering block l instead of logits. ``readout_only``: compute the last layer only at the
+        readout position (``cfg.readout_position``, for a sigmoid or logits readout): logits
+        [batch, 1, d_vocab_out], what training reads, at a fraction of the cost.
+        """
+        if return_type not in ("logits", None):
             raise ExactLensError(f"return_type must be 'logits' or None, got {return_type!r}")
+        start, stop = self._layer_range(start_at_layer, stop_at_layer)
+        if start > 0:
+            n_positions, padded = self._check_residual(tokens, n_positions)
+        else:
+            n_positions, padded = self._check_input(tokens, n_positions)
+        out = self.run(tokens, n_positions, padded, start=start, stop=stop, readout_only=readout_only)
+        return None if return_type is None and stop == self.cfg.n_layers else out
+
+    def run(
+        self,
+        inputs: torch.Tensor,
+        n_positions: torch.Tensor,
+        padded: bool,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        readout_only: bool = False,
+    ) -> torch.Tensor:
+        """The forward pass on checked input (``forward`` checks; ``exactlens.model.stacked`` maps this
+        over many runs at once). ``padded`` says whether some row is shorter than the tensor."""
+        cfg = self.cfg
+        stop = cfg.n_layers if stop is None else stop
+        n_pos = inputs.shape[1]
+        masks = set(cfg.per_layer("attention_mask"))
+        allowed = {mask: visible_keys(mask, n_pos, n_positions, padded) for mask in masks}
+        if start == 0:
+            x = self.hook_embed(self.embed(inputs)) + self.hook_pos_embed(self.pos_embed(n_pos, n_positions, padded))
+        else:
+            x = inputs
+        rows = self.readout_rows(n_positions) if readout_only and stop == cfg.n_layers else None
+        for layer in range(start, stop):
+            block = self.blocks[layer]
+            x = block(x, allowed[block.attn.mask], n_positions, rows if layer == cfg.n_layers - 1 else None)
+        if stop < cfg.n_layers:
+            return x
+        if rows is not None and cfg.n_layers == start:  # no layer ran: select the readout row here
+            x = gather_rows(x, rows)
+        if cfg.final_ln:
+            x = self.ln_final(x)
         return self.unembed(x)
+
+    def _layer_range(self, start: int | None, stop: int | None) -> tuple[int, int]:
+        n = self.cfg.n_layers
+        start = 0 if start is None else start
+        stop = n if stop is None else stop
+        for name, value in (("start_at_layer", start), ("stop_at_layer", stop)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= n:
+                raise ExactLensError(f"{name} must be an integer in [0, n_layers={n}], got {value!r}")
+        if start > stop:
+            raise ExactLensError(f"start_at_layer={start} is after stop_at_layer={stop}")
+        return start, stop
+
+    def _check_residual(self, resid: Any, n_positions: Any) -> tuple[torch.Tensor, bool]:
+        cfg = self.cfg
+        if not isinstance(resid, torch.Tensor) or resid.ndim != 3 or resid.shape[-1] != cfg.d_model:
+            shape = tuple(resid.shape) if isinstance(resid, torch.Tensor) else type(resid).__name__
+            raise ExactLensError(
+                f"with start_at_layer the input is the residual stream [batch, pos, d_model={cfg.d_model}], got {shape}"
+            )
+        if resid.dtype != cfg.torch_dtype:
+            raise ExactLensError(f"the residual stream must have the model's dtype {cfg.dtype}, got {resid.dtype}")
+        if resid.shape[0] == 0 or resid.shape[1] == 0:
+            raise ExactLensError(f"the residual stream must have batch >= 1 and pos >= 1, got {tuple(resid.shape)}")
+        return self._check_positions(resid.shape[0], resid.shape[1], n_positions)
+
+    def readout_rows(self, n_positions: torch.Tensor) -> torch.Tensor | None:
+        """The position the readout reads in each row [batch] (a negative readout_position counts from
+        each row's last real position); None for a per-position readout."""
+        if self.cfg.readout == "per_position":
+            return None
+        pos = self.cfg.readout_position
+        return torch.full_like(n_positions, pos) if pos >= 0 else n_positions + pos
+
+    def readout(
+        self,
+        tokens: torch.Tensor,
+        n_positions: torch.Tensor | None = None,
+        *,
+        readout_only: bool = False,
+        max_score_bytes: int | None = None,
+    ) -> torch.Tensor:
+        """What the model answers, by cfg.readout: the logit [batch] (sigmoid), the logits at the
+        readout position [batch, d_vocab_out] (logits), or every position's [batch, pos, d_vocab_out]
+        (per_position). ``max_score_bytes``: evaluate in chunks of rows whose attention scores stay
+        under this many bytes (long inputs). ``readout_only``: see ``forward``."""
+        n_positions_checked, _ = self._check_input(tokens, n_positions)
+        if max_score_bytes is not None:
+            n_pos = tokens.shape[1]
+            per_row = self.cfg.n_heads * n_pos * n_pos * torch.finfo(self.cfg.torch_dtype).bits // 8 * 4
+            chunk = max(1, max_score_bytes // max(per_row, 1))
+            if chunk < tokens.shape[0]:
+                parts = [
+                    self.readout(
+                        tokens[i : i + chunk], None if n_positions is None else n_positions[i : i + chunk],
+                        readout_only=readout_only,
+                    )
+                    for i in range(0, tokens.shape[0], chunk)
+                ]
+                return torch.cat(parts)
+        logits = self(tokens, n_positions, readout_only=readout_only)
+        return self.select_readout(logits, n_positions_checked)
+
+    def select_readout(self, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+        """The readout's outputs from forward's logits (full [batch, pos, out] or readout-only [batch, 1, out])."""
+        if self.cfg.readout == "per_position":
+            return logits
+        if logits.shape[1] == 1:
+            at = logits[:, 0]
+        else:
+            at = gather_rows(logits, self.readout_rows(n_positions))[:, 0]
+        return at[:, 0] if self.cfg.readout == "sigmoid" else at
 
     def readout_logits(self, tokens: torch.Tensor, n_positions: torch.Tensor | None = None) -> torch.Tensor:
         """For a sigmoid readout: the logit at cfg.readout_position, [batch]."""
         if self.cfg.readout != "sigmoid":
             raise ExactLensError(f"readout_logits needs readout='sigmoid', this model has {self.cfg.readout!r}")
-        logits = self(tokens, n_positions)[..., 0]
-        pos = self.cfg.readout_position
-        if pos >= 0:
-            return logits[:, pos]
-        n_positions = self._check_input(tokens, n_positions)
-        return logits[torch.arange(tokens.shape[0]), n_positions + pos]
+        return self.readout(tokens, n_positions)
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, ActivationCache]:
         """Like HookedRootModule.run_with_cache, with a TransformerLens ActivationCache."""
         out, cache = super().run_with_cache(*args, **kwargs)
         has_batch = not kwargs.get("remove_batch_dim", False)
         return out, ActivationCache(cache, self, has_batch_dim=has_batch)
+
+    def set_fused(self, fused: bool) -> ExactTransformer:
+        """Compute layer norms and softmax attention through torch's fused kernels where no hook
+        reads their insides (the training loop does this; rounding differs from the formulas in the
+        last bits, so the default, used for constructions and analysis, is off)."""
+        for module in self.modules():
+            if hasattr(module, "fused"):
+                module.fused = bool(fused)
+        return self
 
     def set_use_attn_result(self, use: bool) -> None:
         """Compute per-head outputs so that blocks.{l}.attn.hook_result fires."""
@@ -125,21 +243,11 @@ class ExactTransformer(HookedRootModule):
     def b_U(self) -> torch.Tensor:
         return self.unembed.b_U
 
-    @property
-    def W_Q(self) -> torch.Tensor:
-        return self._stack("W_Q")
-
-    @property
-    def W_K(self) -> torch.Tensor:
-        return self._stack("W_K")
-
-    @property
-    def W_V(self) -> torch.Tensor:
-        return self._stack("W_V")
-
-    @property
-    def W_O(self) -> torch.Tensor:
-        return self._stack("W_O")
+    # Every layer's attention weights, stacked [n_layers, n_heads, ...] (HookedTransformer's names).
+    W_Q = property(lambda self: self._stack("W_Q"))
+    W_K = property(lambda self: self._stack("W_K"))
+    W_V = property(lambda self: self._stack("W_V"))
+    W_O = property(lambda self: self._stack("W_O"))
 
     @property
     def QK(self) -> FactoredMatrix:
@@ -155,23 +263,17 @@ class ExactTransformer(HookedRootModule):
         labels = self.cfg.residual_labels
         return labels[index] if labels is not None else f"dim{index}"
 
-    def init_weights(self, seed: int | None = None, std: float | None = None) -> ExactTransformer:
-        """Random initialization for training (PyTorch-default-like uniform fan-in scale
-        unless std is given); LN gains 1, biases 0."""
-        gen = torch.Generator().manual_seed(seed) if seed is not None else None
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                if name.endswith((".w",)):
-                    p.fill_(1.0)
-                elif name.endswith(".W_select"):  # selective LN starts as plain LN
-                    p.copy_(torch.eye(p.shape[0], dtype=p.dtype))
-                elif name.split(".")[-1].startswith("b") or p.ndim == 1:
-                    p.zero_()
-                else:
-                    fan_in = p.shape[-2] if p.ndim >= 2 else p.shape[-1]
-                    bound = std if std is not None else max(fan_in, 1) ** -0.5  # W_feat may have 0 rows
-                    noise = torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1
-                    p.copy_(noise * bound)
+    def init_weights(
+        self, seed: int | None = None, *, generator: torch.Generator | None = None, scale: float = 1.0
+    ) -> ExactTransformer:
+        """Random weights for training: PyTorch's default initialization (exactlens.model.init),
+        every draw times ``scale``; LN gains 1, biases as PyTorch sets them. Seeded by ``seed`` or
+        drawn from ``generator``."""
+        from exactlens.model.init import initialize
+
+        if generator is None:
+            generator = torch.Generator().manual_seed(seed) if seed is not None else torch.Generator()
+        initialize(self, generator, scale=scale)
         return self
 
     def check_finite(self) -> None:

@@ -1,14 +1,28 @@
-"""Training comparable models with the papers' settings (presets) and a fast batched loop.
+"""Training comparable models: presets (a task, an architecture, settings) and one loop.
 
-    from exactlens.train import train, PRESETS
-    run = train("first", epochs=50, seed=0)           # run.model, run.history, run.checkpoint
-    run = train("first", out="runs/first", scaled=True)  # + checkpoint and history.jsonl
+    from exactlens.train import train, train_many, PRESETS
+    run = train("first", epochs=50, seed=0)               # run.model, run.history, run.checkpoint
+    run = train("first", out="runs/first", scaled=True)   # + checkpoint and history.jsonl
     runs = train_many("first", seeds=range(10), epochs=50)  # 10 runs trained together
 
-Options and their meaning: exactlens.train.presets.OPTION_DOCS.
+Presets come from plug-ins (exactlens's papers register theirs); ``register_preset`` adds one.
+Generic options and their meaning: exactlens.train.presets.OPTION_DOCS; a preset's own: its
+``options``.
 """
 
-from exactlens.train.loop import HISTORY_FIELDS, TrainRun, evaluate, train, train_many
-from exactlens.train.presets import OPTION_DOCS, PRESETS, Preset
+from exactlens.train.loop import HISTORY_FIELDS, KIND_FIELDS, TrainRun, evaluate, fit, train, train_many
+from exactlens.train.metrics import Metric
+from exactlens.train.presets import (
+    OPTION_DOCS,
+    PRESETS,
+    Preset,
+    TrainSpec,
+    get_preset,
+    preset_names,
+    register_preset,
+)
 
-__all__ = ["HISTORY_FIELDS", "OPTION_DOCS", "PRESETS", "Preset", "TrainRun", "evaluate", "train", "train_many"]
+__all__ = [
+    "HISTORY_FIELDS", "KIND_FIELDS", "OPTION_DOCS", "PRESETS", "Metric", "Preset", "TrainRun", "TrainSpec", "evaluate",
+    "fit", "get_preset", "preset_names", "register_preset", "train", "train_many",
+]

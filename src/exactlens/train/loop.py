@@ -1,17 +1,24 @@
-"""The training loop behind ``exactlens train`` and ``exactlens.train.train``.
+"""The one training loop behind ``exactlens train``, ``exactlens.train.train`` and every paper's runs.
 
-One epoch = ``strings_per_epoch`` fresh random words (the papers' 100), split into
-``strings_per_epoch / batch_size`` Adam steps. ``batch_size=1`` is the papers' loop
-(one step per word); the default ``batch_size = strings_per_epoch`` makes one epoch one
-step on one padded batch, which is what makes training fast. Everything random comes
-from generators derived from ``seed``: initialization, training words and test words
-each have their own stream, so evaluating more or less often never changes training.
-
-``train_many(task, seeds)`` trains one run per seed at once: the runs' parameters are
+Adam (default): one epoch = ``strings_per_epoch`` fresh words from the task, split into
+``strings_per_epoch / batch_size`` steps. ``batch_size=1`` is the papers' loop (one step per
+word); the default makes one epoch one step on one padded batch, which is what makes training
+fast. ``train_many(name, seeds)`` trains one run per seed at once: the runs' parameters are
 stacked along a run axis and every step is one computation for all of them
-(exactlens.train.fastpath), each run keeping its own data, initialization and Adam
-state, so each equals its single ``train`` up to summation order. This amortizes the
-per-step cost of small models over runs (benchmarks/bench_training.py).
+(:class:`exactlens.model.StackedRuns`, the model's own forward mapped over runs), each run
+keeping its own data, initialization and optimizer state, so each equals its single ``train``
+up to summation order.
+
+LBFGS (``optimizer="lbfgs"``): full batch, as Shin & Matzinger train: one fixed training batch
+of ``strings_per_epoch`` words and ``epochs`` iterations with a strong Wolfe line search; the
+history has one record per loss evaluation (line-search trials included), whose ``epoch`` is the
+iteration it belongs to. Runs train one after the other (a line search is per run).
+
+The loss is the task kind's (exactlens.tasks.kinds: cross-entropy, or squared error for
+regression), plus a preset's penalty; a preset's gradient masks and ``prepare`` step apply to
+every run. Everything random comes from generators derived from ``seed``: initialization,
+training words and test words each have their own stream, so evaluating more or less often
+never changes training.
 """
 
 from __future__ import annotations
@@ -28,12 +35,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from exactlens import tasks
 from exactlens.errors import ExactLensError
-from exactlens.model import ExactTransformer
-from exactlens.train import fastpath
+from exactlens.model import ExactConfig, ExactTransformer, StackedRuns
+from exactlens.tasks import kinds
 from exactlens.train.data import PAD_ID, Batch, sample_batch, split
-from exactlens.train.init import pytorch_default_init
-from exactlens.train.presets import get_preset, resolve_options
+from exactlens.train.metrics import Metric
+from exactlens.train.presets import TrainSpec, get_preset
 
 HISTORY_FILE = "history.jsonl"
 RUN_FILE = "run.json"
@@ -49,13 +57,21 @@ HISTORY_FIELDS = (
     "train_accuracy",
     "test_loss_bits",
     "test_accuracy",
-    "test_attn_first",
-    "test_query_angle_deg",
     "wall_s",
 )
-"""Keys of every history record (history.jsonl, one JSON object per epoch). Test fields
-are null in epochs without an evaluation; test_attn_first (languages) and
-test_query_angle_deg (MAJORITY) are null where they do not apply."""
+"""Keys of every history record (history.jsonl, one JSON object per epoch). Test fields are null
+in epochs without an evaluation. Per task kind the records add KIND_FIELDS, and a preset's
+metrics add theirs (e.g. test_attn_first, test_query_angle_deg)."""
+
+KIND_FIELDS = {
+    "membership": (),
+    "classification": (),
+    "prediction": ("train_per_position_accuracy", "test_per_position_accuracy"),
+    "regression": ("train_mse", "test_mse", "test_r2"),
+}
+"""Regression records have null *_loss_bits and *_accuracy (an approximation is never exact)
+and the mean squared error and R^2 instead; prediction records add per-position accuracies
+(accuracy is per word: every position right)."""
 
 
 @dataclass
@@ -63,7 +79,7 @@ class TrainRun:
     model: ExactTransformer
     history: list[dict[str, Any]]
     checkpoint: Path | None
-    task: str
+    task: str  # the preset's (or spec's) name
     seed: int
     options: dict[str, Any]
     wall_s: float
@@ -72,7 +88,7 @@ class TrainRun:
     @property
     def final(self) -> dict[str, Any]:
         """The last record that has test metrics."""
-        return next(r for r in reversed(self.history) if r["test_accuracy"] is not None)
+        return next(r for r in reversed(self.history) if r.get("test_evaluated"))
 
 
 def seed_generators(seed: int) -> dict[str, torch.Generator]:
@@ -84,131 +100,150 @@ def seed_generators(seed: int) -> dict[str, torch.Generator]:
     return {n: torch.Generator().manual_seed(int(s) & (2**63 - 1)) for n, s in zip(names, states, strict=True)}
 
 
-# ---- loss and metrics ---------------------------------------------------------
-
-
-def readout(model: ExactTransformer, batch: Batch) -> torch.Tensor:
-    """Logits at the readout position through the hooked forward: [batch] for a sigmoid
-    readout, [batch, classes] for logits (training uses exactlens.train.fastpath)."""
-    n_positions = batch.n_positions if batch.padded else None
-    out = model(batch.tokens, n_positions)[:, model.cfg.readout_position]
-    return out[:, 0] if model.cfg.readout == "sigmoid" else out
-
-
-def loss_and_correct(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean cross-entropy (nats) and the number of correct decisions of one batch (logits
-    [B] or [B, classes]). A sigmoid model accepts iff its logit is > 0 (probability > 1/2)."""
-    loss, correct = run_losses(logits[None], targets[None])
-    return loss[0], correct[0]
+# ---- evaluation ------------------------------------------------------------------------
 
 
 @torch.no_grad()
-def evaluate(model: ExactTransformer, batch: Batch) -> dict[str, float]:
-    """Cross-entropy (bits per string), accuracy, and two attention read-outs:
-    attn_first = CLS's attention weight on position 1, summed over layers and averaged
-    over heads and strings (Chiang & Cholak Fig. 4, bottom); query_angle_deg = angle
-    between the first layer's CLS query, as a direction in the (normalized) residual
-    space (w * W_K q, with w the pre-LN gain), and the line through the all-ones vector
-    (Brody et al. Fig. 2b)."""
-    cfg = model.cfg
+def evaluate(
+    model: ExactTransformer, batch: Batch, task: tasks.Task | None = None, metrics: tuple[Metric, ...] = ()
+) -> dict[str, Any]:
+    """Test metrics of a model on a batch, in eval mode: loss (bits per word; per position for
+    prediction), accuracy (per word), per-position accuracy, MSE and R^2 (regression), and each
+    metric's fields (means per word)."""
+    task = task if task is not None else tasks.of_model(model)
+    reader = tasks.reader(model, task)
     width = batch.tokens.shape[1]
-    chunk = max(1, EVAL_SCORE_BUDGET // (cfg.n_heads * width * width))
-    total_loss = total_correct = total_first = total_angle = 0.0
-    captured: dict[str, torch.Tensor] = {}
-
-    def keep(tensor: torch.Tensor, hook: Any) -> None:
-        captured[hook.name] = tensor
-
-    hooks = [(lambda name: name.endswith("attn.hook_pattern"), keep)]
-    if cfg.readout == "logits":
-        hooks.append(("blocks.0.attn.hook_q", keep))
+    chunk = max(1, EVAL_SCORE_BUDGET // (model.cfg.n_heads * width * width))
+    sums = {"loss": 0.0, "correct": 0.0, "pos_right": 0.0, "pos_count": 0.0}
+    extra: dict[str, float] = {f: 0.0 for m in metrics for f in m.fields}
+    values, targets, valids = [], [], []
     was_training = model.training
     model.eval()
     try:
         for part in split(batch, chunk):
-            captured.clear()
+            n_positions = part.n_positions if part.padded else None
+            cache: dict[str, torch.Tensor] = {}
+            hooks = [(m.hooks, _keep(cache)) for m in metrics]
             with model.hooks(fwd_hooks=hooks):
-                logits = readout(model, part)
-            loss, correct = loss_and_correct(logits, part.targets)
-            total_loss += float(loss) * len(part)
-            total_correct += float(correct)
-            if part.tokens.shape[1] > 1:
-                total_first += sum(float(p[:, :, 0, 1].mean(1).sum()) for k, p in captured.items() if "pattern" in k)
-            if "blocks.0.attn.hook_q" in captured:
-                q = captured["blocks.0.attn.hook_q"][:, 0]  # [b, h, d_head] at CLS
-                direction = torch.einsum("bhd,hmd->bhm", q, model.blocks[0].attn.W_K)
-                if model.blocks[0].norm == "pre":  # keys are LN(x) W_K with LN(x) = n(x) * w + b: the
-                    direction = direction * model.blocks[0].ln1.w  # query acts on n(x) through w * (W_K q)
-                cos = direction.sum(-1).abs() / (direction.norm(dim=-1) * math.sqrt(cfg.d_model)).clamp(min=1e-30)
-                total_angle += float(torch.rad2deg(torch.arccos(cos.clamp(max=1.0))).mean(1).sum())
+                outputs = model.readout(part.tokens, n_positions)
+            loss = kinds.loss(task, outputs.double(), part.targets, part.n_positions)
+            predictions = reader.decide(outputs, part.n_positions)
+            scores = task.score(predictions, part.targets, part.n_positions)
+            sums["loss"] += float(loss.sum())
+            sums["correct"] += float(scores.correct.sum())
+            if scores.valid is not None:
+                sums["pos_right"] += float((scores.position_correct & scores.valid).sum())
+                sums["pos_count"] += float(scores.valid.sum())
+            if task.kind == "regression":
+                values.append(predictions.double())
+                targets.append(part.targets.double())
+                valids.append(scores.valid)
+            for metric in metrics:
+                for name, value in metric.compute(model, part, cache).items():
+                    extra[name] += float(value)
     finally:
         model.train(was_training)
     count = len(batch)
-    return {
-        "loss_bits": total_loss / count / LN2,
-        "accuracy": total_correct / count,
-        "attn_first": total_first / count if cfg.readout == "sigmoid" else None,
-        "query_angle_deg": total_angle / count if cfg.readout == "logits" else None,
+    out: dict[str, Any] = {
+        "loss_bits": sums["loss"] / count / LN2,
+        "accuracy": sums["correct"] / count,
+        "per_position_accuracy": sums["pos_right"] / sums["pos_count"] if sums["pos_count"] else None,
     }
+    if task.kind == "regression":
+        width = max(v.shape[1] for v in values)
+        pad = torch.nn.functional.pad
+        stacked = [torch.cat([pad(t, (0, width - t.shape[1])) for t in ts]) for ts in (values, targets, valids)]
+        out.update(loss_bits=None, accuracy=None, mse=sums["loss"] / count, r2=kinds.r2(*stacked))
+    out.update({name: value / count for name, value in extra.items()})
+    return out
 
 
-# ---- the loop -------------------------------------------------------------------
+def _keep(cache: dict[str, torch.Tensor]) -> Callable[[torch.Tensor, Any], None]:
+    def keep(tensor: torch.Tensor, hook: Any) -> None:
+        cache[hook.name] = tensor
+
+    return keep
+
+
+# ---- the loop ----------------------------------------------------------------------------
 
 
 def _jsonable(options: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
 
 
-def stack_batches(parts: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
-    """One batch per run -> tokens [R, B, width] (right-padded to the widest) and n_positions [R, B]."""
+def stack_batches(parts: list[Batch]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One batch per run -> tokens [R, B, width] (right-padded to the widest), n_positions [R, B] and
+    targets [R, B(, L)] (per-position targets padded with 0)."""
     width = max(p.tokens.shape[1] for p in parts)
     pad = torch.nn.functional.pad
     tokens = torch.stack([pad(p.tokens, (0, width - p.tokens.shape[1]), value=PAD_ID) for p in parts])
-    return tokens, torch.stack([p.n_positions for p in parts])
+    targets = [p.targets for p in parts]
+    if targets[0].ndim == 2:
+        longest = max(t.shape[1] for t in targets)
+        targets = [pad(t, (0, longest - t.shape[1])) for t in targets]
+    return tokens, torch.stack([p.n_positions for p in parts]), torch.stack(targets)
 
 
-def run_losses(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-run mean cross-entropy (nats) [R] and correct decisions [R], for logits
-    [R, B] (sigmoid readout) or [R, B, classes]; a sigmoid model accepts iff its logit is > 0."""
-    if logits.ndim == 2:
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            logits, targets.to(logits.dtype), reduction="none"
-        ).mean(-1)
-        correct = ((logits > 0) == (targets > 0.5)).sum(-1)
-    else:
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
-        loss = loss.view(targets.shape).mean(-1)
-        correct = (logits.argmax(-1) == targets).sum(-1)
-    return loss, correct
+def run_losses(
+    task: tasks.Task, outputs: torch.Tensor, targets: torch.Tensor, n_positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-run mean loss [R] and number of words decided right [R], for outputs [R, B, ...]."""
+    runs, batch = n_positions.shape
+    flat = (outputs.flatten(0, 1), targets.flatten(0, 1), n_positions.flatten())
+    losses = kinds.loss(task, *flat).view(runs, batch).mean(1)
+    with torch.no_grad():
+        right = task.score(kinds.decide(task, flat[0], flat[2]), flat[1], flat[2]).correct
+    return losses, right.view(runs, batch).sum(1)
 
 
-class _Runs:
-    """What the loop optimizes: R models of one configuration, trained either as one
-    stacked computation (fastpath.stacked_cls_logits; R = 1 included) or, for
-    configurations the fast path does not cover, one model at a time through its forward."""
+class _Optimized:
+    """The stacked runs, their optimizer and schedule, gradient masks and clipping."""
 
-    def __init__(self, models: list[ExactTransformer]):
-        self.models = models
-        self.cfg = models[0].cfg
-        self.stacked = fastpath.supports(self.cfg)
-        if self.stacked:
-            self.params = fastpath.stack_parameters(models)
-            self.trainable = [p for p in self.params.values() if p.requires_grad]
+    def __init__(self, spec: TrainSpec, models: list[ExactTransformer], total_steps: int):
+        opts = spec.options
+        self.runs = StackedRuns(models)
+        self.masks = {}
+        for name, mask in (spec.masks(models[0], opts) if spec.masks else {}).items():
+            if name not in self.runs.params:
+                raise ExactLensError(f"{spec.name}: a gradient mask names no parameter: {name!r}")
+            if mask is False:
+                self.runs.params[name].requires_grad_(False)
+            elif mask is not True:
+                self.masks[name] = torch.as_tensor(mask).to(self.runs.params[name].dtype)
+        self.params = self.runs.trainable
+        self.grad_clip = opts["grad_clip"]
+        if opts["optimizer"] == "lbfgs":
+            self.optimizer = torch.optim.LBFGS(
+                self.params, lr=opts["lr"], max_iter=opts["epochs"], max_eval=25 * opts["epochs"],
+                tolerance_grad=0.0, tolerance_change=0.0, history_size=20, line_search_fn="strong_wolfe",
+            )
+            self.scheduler = None
+            return
+        self.optimizer = torch.optim.Adam(self.params, lr=opts["lr"], foreach=True)
+        schedule = opts["lr_schedule"]
+        warmup = opts["warmup_steps"]
+        if schedule == "linear":
+            factor = lambda s: 1 - s / total_steps  # noqa: E731
+        elif schedule == "warmup_linear":
+            factor = lambda s: (s + 1) / warmup if s < warmup else max(0.0, (total_steps - s) / max(1, total_steps - warmup))  # noqa: E501, E731
         else:
-            self.trainable = [p for m in models for p in m.parameters() if p.requires_grad]
+            factor = None
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor) if factor else None
 
-    def logits(self, parts: list[Batch]) -> torch.Tensor:
-        """CLS logits [R, B(, classes)] of each run on its own batch."""
-        if self.stacked:
-            tokens, n_positions = stack_batches(parts)
-            out = fastpath.stacked_cls_logits(self.cfg, self.params, tokens, n_positions)
-            return out[..., 0] if self.cfg.readout == "sigmoid" else out
-        return torch.stack([readout(m, part) for m, part in zip(self.models, parts, strict=True)])
-
-    def sync(self) -> None:
-        """Make the models hold the current weights (before evaluating or returning them)."""
-        if self.stacked:
-            fastpath.unstack_into(self.params, self.models)
+    def after_backward(self) -> None:
+        """Gradient masks, then per-run norm clipping."""
+        for name, mask in self.masks.items():
+            grad = self.runs.params[name].grad
+            if grad is not None:
+                grad.mul_(mask)
+        if self.grad_clip is None:
+            return
+        grads = [p.grad for p in self.params if p.grad is not None]
+        norms = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads]).sum(0).sqrt()  # [R]
+        factor = (self.grad_clip / (norms + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(factor.view(-1, *([1] * (g.ndim - 1))))
 
 
 def train(
@@ -219,15 +254,14 @@ def train(
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> TrainRun:
-    """Train a fresh model on a preset task; see exactlens.train.presets.OPTION_DOCS.
+    """Train a fresh model with a preset (exactlens.train.presets; options override its values).
 
-    Returns a TrainRun (model in eval mode, history records, checkpoint directory).
-    With ``out``, writes config.json + weights.pt (ExactTransformer.save), history.jsonl
-    (one record per epoch, keys HISTORY_FIELDS) and run.json (task, seed, options,
-    timing, final metrics). The same as ``train_many(task, [seed], ...)[0]`` with
-    ``out`` the run's own directory.
+    Returns a TrainRun (model in eval mode, history records, checkpoint directory). With ``out``,
+    writes config.json + weights.pt (ExactTransformer.save; the config records the task),
+    history.jsonl (one record per epoch) and run.json (preset, seed, options, timing, final
+    metrics). The same as ``train_many(task, [seed], ...)[0]`` with ``out`` the run's own directory.
     """
-    return _train_runs(task, [seed], [None if out is None else Path(out)], progress, options)[0]
+    return fit(get_preset(task).spec(options), [seed], [None if out is None else Path(out)], progress)[0]
 
 
 def train_many(
@@ -238,147 +272,214 @@ def train_many(
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> list[TrainRun]:
-    """Train one run per seed with the same options, all at once: every run has the
-    initialization, data and test words of ``train(task, seed=s, **options)`` and its
-    own optimizer state; the runs go through the stacked fast path together (one set
-    of kernels per step for all of them), which is where the speed comes from.
-
-    Each run equals its single ``train`` up to floating-point summation order. With
-    ``out``, run s is written to ``out/seed{s}`` (the files of ``train``). Each run's
-    wall_s (and its history's) is the group's: the runs train in one computation.
-    """
+    """Train one run per seed with the same options, all at once (Adam; LBFGS runs one after the
+    other): every run has the initialization, data and test words of ``train(task, seed=s, ...)``
+    and its own optimizer state. With ``out``, run s is written to ``out/seed{s}``. Each run's
+    wall_s (and its history's) is the group's: the runs train in one computation."""
     seeds = list(seeds)
     if not seeds:
         raise ExactLensError("train_many needs at least one seed")
     if len(set(seeds)) != len(seeds):
         raise ExactLensError(f"train_many: seeds must be distinct, got {seeds}")
     outs = [None if out is None else Path(out) / f"seed{s}" for s in seeds]
-    return _train_runs(task, seeds, outs, progress, options)
+    return fit(get_preset(task).spec(options), seeds, outs, progress)
 
 
-def _train_runs(
-    task: str,
+def new_model(spec: TrainSpec, generator: torch.Generator) -> ExactTransformer:
+    """A freshly initialized model of the spec (its own copy of the config), prepared by the preset."""
+    model = ExactTransformer(ExactConfig.from_dict(spec.config.to_dict()))
+    model.init_weights(generator=generator)
+    if spec.prepare is not None:
+        spec.prepare(model, spec.options)
+    return model.train().set_fused(True)
+
+
+def fit(
+    spec: TrainSpec,
     seeds: list[int],
-    outs: list[Path | None],
-    progress: Callable[[str], None] | None,
-    options: dict[str, Any],
+    outs: list[Path | None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[TrainRun]:
-    preset = get_preset(task)
-    opts = resolve_options(preset, options)
+    """Train one model per seed for a spec (exactlens.train.presets.TrainSpec)."""
+    outs = outs if outs is not None else [None] * len(seeds)
     gens = [seed_generators(seed) for seed in seeds]
-    language = preset.language_of(opts)
-    config = preset.config(opts)
-    models = [pytorch_default_init(ExactTransformer(config), g["init"]).train() for g in gens]
-    runs = _Runs(models)
-    optimizer = torch.optim.Adam(runs.trainable, lr=opts["lr"], foreach=True)
-    steps_per_epoch = opts["strings_per_epoch"] // opts["batch_size"]
-    total_steps = opts["epochs"] * steps_per_epoch
-    if opts["lr_schedule"] == "linear":
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1 - s / total_steps)
-    else:
-        scheduler = None
-    variable = opts["train_length"][0] != opts["train_length"][1]
-    histories: list[list[dict[str, Any]]] = [[] for _ in seeds]
+    opts = spec.options
+    previous_threads = torch.get_num_threads()
+    if opts["threads"] is not None:
+        torch.set_num_threads(opts["threads"])
     logs = []
     for out in outs:
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
         logs.append(None if out is None else (out / HISTORY_FILE).open("w"))
-    previous_threads = torch.get_num_threads()
-    if opts["threads"] is not None:
-        torch.set_num_threads(opts["threads"])
-    start = time.perf_counter()
-    step = 0
-    count = opts["strings_per_epoch"]
     try:
-        for epoch in range(1, opts["epochs"] + 1):
-            per_run_parts = []
-            for g in gens:
-                batch = sample_batch(language, count, opts["train_length"], g["train"])
-                if variable and steps_per_epoch > 1:  # words come grouped by length: shuffle before splitting
-                    order = torch.randperm(len(batch), generator=g["train"])
-                    batch = Batch(
-                        batch.tokens[order], batch.n_positions[order], batch.targets[order], batch.lengths[order]
-                    )
-                per_run_parts.append([batch] if steps_per_epoch == 1 else split(batch, opts["batch_size"]))
-            lr = optimizer.param_groups[0]["lr"]
-            epoch_loss = torch.zeros(len(seeds), dtype=torch.float64)
-            epoch_correct = torch.zeros(len(seeds), dtype=torch.float64)
-            for parts in zip(*per_run_parts, strict=True):
-                losses, correct = run_losses(runs.logits(list(parts)), torch.stack([p.targets for p in parts]))
-                optimizer.zero_grad(set_to_none=True)
-                losses.sum().backward()  # runs share nothing: each run's gradient is its own loss's
-                optimizer.step()
-                if scheduler is not None:
-                    scheduler.step()
-                step += 1
-                epoch_loss += losses.detach() * len(parts[0])
-                epoch_correct += correct
-            bad = [s for s, v in zip(seeds, epoch_loss.tolist(), strict=True) if not math.isfinite(v)]
-            if bad:
-                raise ExactLensError(f"{task}: the training loss became non-finite in epoch {epoch} (seeds {bad})")
-            every = opts["eval_every"]
-            evaluating = epoch == opts["epochs"] or (every and epoch % every == 0)
-            if evaluating:
-                runs.sync()
-            for r, seed in enumerate(seeds):
-                record: dict[str, Any] = {
-                    "epoch": epoch,
-                    "step": step,
-                    "strings_seen": epoch * count,
-                    "lr": lr,
-                    "train_loss_bits": float(epoch_loss[r]) / count / LN2,
-                    "train_accuracy": float(epoch_correct[r]) / count,
-                    "test_loss_bits": None,
-                    "test_accuracy": None,
-                    "test_attn_first": None,
-                    "test_query_angle_deg": None,
-                }
-                if evaluating:
-                    test = sample_batch(language, opts["test_strings"], opts["test_length"], gens[r]["test"])
-                    metrics = evaluate(models[r], test)
-                    record.update(
-                        test_loss_bits=metrics["loss_bits"],
-                        test_accuracy=metrics["accuracy"],
-                        test_attn_first=metrics["attn_first"],
-                        test_query_angle_deg=metrics["query_angle_deg"],
-                    )
-                    if progress is not None:
-                        progress(
-                            f"{task} seed {seed} epoch {epoch}/{opts['epochs']}: train "
-                            f"{record['train_loss_bits']:.4f} bits, test accuracy {metrics['accuracy']:.3f}"
-                        )
-                record["wall_s"] = time.perf_counter() - start
-                histories[r].append(record)
-                if logs[r] is not None:
-                    logs[r].write(json.dumps(record) + "\n")
+        start = time.perf_counter()
+        if opts["optimizer"] == "lbfgs":
+            results = [_fit_lbfgs(spec, seed, g, log, progress) for seed, g, log in zip(seeds, gens, logs, strict=True)]
+        else:
+            results = _fit_adam(spec, seeds, gens, logs, progress)
+        wall = time.perf_counter() - start
     finally:
         for log in logs:
             if log is not None:
                 log.close()
         torch.set_num_threads(previous_threads)
-    wall = time.perf_counter() - start
-    runs.sync()
-    results = []
-    for r, seed in enumerate(seeds):
-        model = models[r].eval()
-        run = TrainRun(model, histories[r], outs[r], task, seed, opts, wall)
+    runs = []
+    for (model, history, steps, stacked, run_wall), seed, out in zip(results, seeds, outs, strict=True):
+        model.eval().set_fused(False)
+        run = TrainRun(model, history, out, spec.name, seed, opts, wall if stacked else run_wall)
         run.info = {
-            "task": task,
-            "paper": preset.paper,
+            "task": spec.name,
+            "task_spec": model.cfg.task,
+            "paper": spec.paper,
             "seed": seed,
             "options": _jsonable(opts),
-            "steps": step,
-            "wall_s": wall,
+            "steps": steps,
+            "wall_s": run.wall_s,
             "threads": opts["threads"] or previous_threads,
             "torch": torch.__version__,
             "python": platform.python_version(),
             "n_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-            "trained_with": {"seeds": seeds, "stacked": runs.stacked},
+            "trained_with": {"seeds": seeds, "stacked": stacked, "optimizer": opts["optimizer"]},
             "final": run.final,
         }
-        if outs[r] is not None:
-            model.save(outs[r])
-            (outs[r] / RUN_FILE).write_text(json.dumps(run.info, indent=2) + "\n")
-        results.append(run)
-    return results
+        if out is not None:
+            model.save(out)
+            (out / RUN_FILE).write_text(json.dumps(run.info, indent=2) + "\n")
+        runs.append(run)
+    return runs
+
+
+def _record(spec: TrainSpec, evaluated: bool, **values: Any) -> dict[str, Any]:
+    """A history record with every field of the kind and the metrics (null where not measured)."""
+    fields = HISTORY_FIELDS[:-1] + KIND_FIELDS[spec.task.kind] + tuple(f for m in spec.metrics for f in m.fields)
+    record = {name: values.get(name) for name in fields}
+    record["test_evaluated"] = evaluated
+    return record
+
+
+def _test(spec: TrainSpec, model: ExactTransformer, gen: torch.Generator) -> dict[str, Any]:
+    opts = spec.options
+    batch = sample_batch(spec.task, opts["test_strings"], opts["test_length"], gen, held_out=True)
+    m = evaluate(model, batch, spec.task, spec.metrics)
+    values = {"test_loss_bits": m["loss_bits"], "test_accuracy": m["accuracy"],
+              "test_per_position_accuracy": m["per_position_accuracy"]}
+    if spec.task.kind == "regression":
+        values.update(test_mse=m["mse"], test_r2=m["r2"])
+    values.update({k: v for k, v in m.items() if k.startswith("test_")})
+    return values
+
+
+def _train_values(spec: TrainSpec, loss: float, correct: float | None, count: int) -> dict[str, Any]:
+    if spec.task.kind == "regression":
+        return {"train_mse": loss}
+    return {"train_loss_bits": loss / LN2, "train_accuracy": None if correct is None else correct / count}
+
+
+def _fit_adam(spec, seeds, gens, logs, progress):
+    opts = spec.options
+    task = spec.task
+    models = [new_model(spec, g["init"]) for g in gens]
+    steps_per_epoch = opts["strings_per_epoch"] // opts["batch_size"]
+    state = _Optimized(spec, models, opts["epochs"] * steps_per_epoch)
+    runs = state.runs
+    variable = opts["train_length"][0] != opts["train_length"][1]
+    histories: list[list[dict[str, Any]]] = [[] for _ in seeds]
+    count = opts["strings_per_epoch"]
+    start = time.perf_counter()
+    step = 0
+    for epoch in range(1, opts["epochs"] + 1):
+        per_run_parts = []
+        for g in gens:
+            batch = sample_batch(task, count, opts["train_length"], g["train"])
+            if variable and steps_per_epoch > 1:  # words come grouped by length: shuffle before splitting
+                batch = batch.rows(torch.randperm(len(batch), generator=g["train"]))
+            per_run_parts.append([batch] if steps_per_epoch == 1 else split(batch, opts["batch_size"]))
+        lr = state.optimizer.param_groups[0]["lr"]
+        epoch_loss = torch.zeros(len(seeds), dtype=torch.float64)
+        epoch_correct = torch.zeros(len(seeds), dtype=torch.float64)
+        for parts in zip(*per_run_parts, strict=True):
+            tokens, n_positions, targets = stack_batches(list(parts))
+            losses, correct = run_losses(task, runs.readout(tokens, n_positions), targets, n_positions)
+            total = losses + spec.penalty(runs.params, opts) if spec.penalty is not None else losses
+            state.optimizer.zero_grad(set_to_none=True)
+            total.sum().backward()  # runs share nothing: each run's gradient is its own loss's
+            state.after_backward()
+            state.optimizer.step()
+            if state.scheduler is not None:
+                state.scheduler.step()
+            step += 1
+            epoch_loss += losses.detach().double() * len(parts[0])
+            epoch_correct += correct
+        bad = [s for s, v in zip(seeds, epoch_loss.tolist(), strict=True) if not math.isfinite(v)]
+        if bad:
+            raise ExactLensError(f"{spec.name}: the training loss became non-finite in epoch {epoch} (seeds {bad})")
+        every = opts["eval_every"]
+        evaluating = epoch == opts["epochs"] or (every and epoch % every == 0)
+        if evaluating:
+            runs.sync()
+        for r, seed in enumerate(seeds):
+            values = {"epoch": epoch, "step": step, "strings_seen": epoch * count, "lr": lr}
+            values.update(_train_values(spec, float(epoch_loss[r]) / count, float(epoch_correct[r]), count))
+            if evaluating:
+                values.update(_test(spec, models[r], gens[r]["test"]))
+                if progress is not None:
+                    progress(_progress_line(spec, seed, epoch, values))
+            record = _record(spec, bool(evaluating), **values)
+            record["wall_s"] = time.perf_counter() - start
+            histories[r].append(record)
+            if logs[r] is not None:
+                logs[r].write(json.dumps(record) + "\n")
+    runs.sync()
+    wall = time.perf_counter() - start
+    return [(models[r], histories[r], step, True, wall) for r in range(len(seeds))]
+
+
+def _fit_lbfgs(spec, seed, gens, log, progress):
+    opts = spec.options
+    task = spec.task
+    model = new_model(spec, gens["init"])
+    state = _Optimized(spec, [model], opts["epochs"])
+    runs = state.runs
+    batch = sample_batch(task, opts["strings_per_epoch"], opts["train_length"], gens["train"])
+    tokens, n_positions, targets = stack_batches([batch])
+    history: list[dict[str, Any]] = []
+    start = time.perf_counter()
+
+    def closure() -> torch.Tensor:
+        state.optimizer.zero_grad()
+        losses, correct = run_losses(task, runs.readout(tokens, n_positions), targets, n_positions)
+        total = losses + spec.penalty(runs.params, opts) if spec.penalty is not None else losses
+        total.sum().backward()
+        state.after_backward()
+        value = float(losses[0].detach())
+        if not math.isfinite(value):
+            raise ExactLensError(f"{spec.name}: training diverged (loss {value}) after {len(history)} evaluations")
+        iteration = state.optimizer.state[state.params[0]].get("n_iter", 0)
+        values = {"epoch": iteration, "step": len(history), "strings_seen": len(batch), "lr": opts["lr"]}
+        values.update(_train_values(spec, value, float(correct[0]), len(batch)))
+        record = _record(spec, False, **values)
+        record["wall_s"] = time.perf_counter() - start
+        history.append(record)
+        return total.sum()
+
+    state.optimizer.step(closure)
+    runs.sync()
+    history[-1].update(_test(spec, model, gens["test"]), test_evaluated=True)
+    if progress is not None:
+        progress(_progress_line(spec, seed, history[-1]["epoch"], history[-1]))
+    if log is not None:
+        for record in history:
+            log.write(json.dumps(record) + "\n")
+    return model, history, len(history), False, time.perf_counter() - start
+
+
+def _progress_line(spec: TrainSpec, seed: int, epoch: int, values: dict[str, Any]) -> str:
+    total = spec.options["epochs"]
+    if spec.task.kind == "regression":
+        return f"{spec.name} seed {seed} epoch {epoch}/{total}: train MSE {values.get('train_mse'):.4g}, " \
+               f"test MSE {values.get('test_mse'):.4g}"
+    return (
+        f"{spec.name} seed {seed} epoch {epoch}/{total}: train {values['train_loss_bits']:.4f} bits, "
+        f"test accuracy {values['test_accuracy']:.3f}"
+    )

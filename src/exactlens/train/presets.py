@@ -1,231 +1,199 @@
-"""Paper presets: the architecture and training settings each paper states.
+"""Training presets: a task, an architecture and training settings under one name.
 
-Every preset is a set of option defaults plus a function options -> ExactConfig. The
-architecture of a "comparable" model is the exact solution's number of layers, heads
-and fixed positional features, widened to the paper's training sizes.
+A preset is a set of option defaults, the task it trains (name and parameters, which may
+depend on the options), a function options -> ExactConfig, and optional hooks: extra options
+with their meaning, evaluation metrics (exactlens.train.metrics), a ``prepare`` step after the
+initialization (e.g. fixed one-hot inputs), gradient masks and a penalty (e.g. a constrained
+system). Papers register theirs through their plug-ins (``register_preset``); the loop knows
+none of them by name.
 
-- Chiang & Cholak 2022 §5.1: d_model 16, d_FFNN 64, post-LN with eps 1e-5, PyTorch's
-  default initialization, Adam lr 3e-4, no dropout; Fig. 4: 100 fresh training strings
-  per epoch, 100 test strings of length 1000, 1000 epochs. ``scaled``: attention
-  logits times log n (§5.3, eq. 2), in every layer.
-- Nowak et al. 2022 §4.2: the same sizes, LN eps 1e-1 (as the paper states), ONE's
-  exact-solution positions (i/n, §3.1.1) or FIRST's (I[i=1]), fixed or variable lengths.
-- Brody et al. 2023 §4.1 / App. E.1: MAJORITY, one layer, d = 8, 20 classes, |w| = 50,
-  Adam lr 1e-3 with a linear schedule, batch 6000; layer norm full, scaling only (no
-  projection: ln_center=False) or none. The paper's 584 parameters at d = 8 fit one
-  attention layer without biases, no FFN and no positional encoding (20*8 embeddings +
-  4*64 attention + 8*20 output + 8 LN); we keep that shape with pre-LN (LN before
-  attention, where its projection acts on keys and queries), a [CLS] readout and LN
-  gain and bias, so our count differs by a few parameters.
+Every preset accepts the generic options of OPTION_DOCS; a preset adds its own in
+``options`` (name -> meaning).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from exactlens import tasks
 from exactlens.errors import ExactLensError
-from exactlens.languages import get as get_language
-from exactlens.model import ExactConfig
+from exactlens.model import ExactConfig, ExactTransformer
+from exactlens.plugins import Registry
+from exactlens.train.data import check_lengths
+from exactlens.train.metrics import Metric
 
-LAYER_NORMS = ("full", "scale_only", "none")
+OPTIMIZERS = ("adam", "lbfgs")
+LR_SCHEDULES = ("constant", "linear", "warmup_linear")
 
-# Options every preset accepts, with their meaning (defaults come from the preset).
 OPTION_DOCS: dict[str, str] = {
-    "epochs": "number of epochs; one epoch = strings_per_epoch fresh random words",
-    "strings_per_epoch": "fresh training words drawn each epoch",
-    "batch_size": "words per optimizer step (None = strings_per_epoch: one Adam step per epoch; 1 = the papers' loop)",
+    "epochs": "number of epochs; one epoch = strings_per_epoch fresh random words "
+    "(lbfgs: iterations on one fixed batch)",
+    "strings_per_epoch": "fresh training words drawn each epoch (lbfgs: the size of the one training batch)",
+    "batch_size": "words per optimizer step (None = strings_per_epoch: one step per epoch; 1 = the papers' loop)",
     "train_length": "|w| of training words: an integer, or an inclusive range [lo, hi] drawn uniformly per word",
     "test_length": "|w| of test words: an integer or an inclusive range [lo, hi]",
     "test_strings": "fresh test words per evaluation",
     "eval_every": "evaluate on the test words every this many epochs (and after the last epoch); 0 = last only",
-    "lr": "Adam learning rate",
-    "lr_schedule": "'constant' or 'linear' (decays linearly to 0 over all steps)",
-    "scaled": "attention logits times log n in every layer (Chiang & Cholak §5.3, eq. 2)",
+    "optimizer": "'adam' (the default) or 'lbfgs' (full batch, strong Wolfe line search; one run at a time)",
+    "lr": "learning rate",
+    "lr_schedule": "'constant', 'linear' (decays linearly to 0 over all steps) or 'warmup_linear' "
+    "(linear warm-up over warmup_steps, then linear decay to 0)",
+    "warmup_steps": "steps of linear warm-up (lr_schedule 'warmup_linear')",
+    "grad_clip": "clip the gradient norm of each run to this (None = no clipping)",
     "dtype": "'float32' or 'float64'",
     "d_model": "residual width",
     "d_mlp": "FFN hidden width",
     "ln_eps": "layer-norm epsilon",
-    "layer_norm": "'full' (post-LN), 'scale_only' (no projection: ln_center=False) or 'none'",
-    "positions": "positional features: 'paper' (the exact solution's; none for MAJORITY) or, for ONE, 'first' "
-    "(FIRST's I[i=1])",
-    "num_classes": "MAJORITY: number of classes",
     "threads": "torch threads during training (None = leave as is)",
 }
+
+GENERIC_DEFAULTS: dict[str, Any] = {
+    "batch_size": None,
+    "eval_every": 10,
+    "optimizer": "adam",
+    "lr_schedule": "constant",
+    "warmup_steps": 0,
+    "grad_clip": None,
+    "dtype": "float32",
+    "ln_eps": 1e-5,
+    "threads": None,
+}
+
+Options = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Preset:
     name: str
-    language: str
+    task: str  # registered task name
     paper: str
     summary: str
-    n_layers: int
-    n_heads: int
-    positions: dict[str, tuple[str, ...]]  # option value -> positional features
-    defaults: dict[str, Any] = field(default_factory=dict)
-    readout: str = "sigmoid"
-    normalization: str = "post"  # where layer norm sits when layer_norm != "none"
-    attn_bias: bool = True
+    config: Callable[[tasks.Task, Options], ExactConfig]  # the architecture for resolved options
+    defaults: Options = field(default_factory=dict)  # values of generic and own options
+    options: dict[str, str] = field(default_factory=dict)  # the preset's own options: name -> meaning
+    task_params: Callable[[Options], dict[str, Any]] | None = None
+    validate: Callable[[Options], None] | None = None  # checks of the preset's own options
+    metrics: tuple[Metric, ...] = ()
+    prepare: Callable[[ExactTransformer, Options], None] | None = None  # after initialization
+    masks: Callable[[ExactTransformer, Options], dict[str, torch.Tensor | bool]] | None = None
+    penalty: Callable[[dict[str, torch.Tensor], Options], torch.Tensor] | None = None  # per run [R]
 
-    def language_of(self, options: dict[str, Any]):
-        if self.language == "majority":
-            from exactlens.languages.majority import Majority
+    def task_of(self, options: Options) -> tasks.Task:
+        return tasks.get(self.task, **(self.task_params(options) if self.task_params else {}))
 
-            return Majority(num_classes=options["num_classes"])
-        return get_language(self.language)
-
-    def config(self, options: dict[str, Any]) -> ExactConfig:
-        lang = self.language_of(options)
-        if options["positions"] not in self.positions:
+    def resolve(self, options: Options) -> Options:
+        """Defaults overridden by options; unknown names and bad values raise."""
+        allowed = set(OPTION_DOCS) | set(self.options)
+        unknown = sorted(set(options) - allowed)
+        if unknown:
             raise ExactLensError(
-                f"{self.name}: positions={options['positions']!r} is not allowed; choose one of "
-                f"{', '.join(self.positions)}"
+                f"unknown training options {unknown} for {self.name!r}; allowed: {', '.join(sorted(allowed))}"
             )
-        layer_norm = options["layer_norm"]
-        if layer_norm not in LAYER_NORMS:
-            raise ExactLensError(f"layer_norm={layer_norm!r} is not allowed; choose one of {', '.join(LAYER_NORMS)}")
-        d_out = options["num_classes"] if self.readout == "logits" else 1
-        return ExactConfig(
-            d_model=options["d_model"],
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            d_mlp=options["d_mlp"],
-            d_vocab=len(lang.vocab),
-            vocab=lang.vocab,
-            d_vocab_out=d_out,
-            positional_features=self.positions[options["positions"]],
-            attention_mask="none",
-            attention_weighting="softmax",
-            attn_length_scale="log_n" if options["scaled"] else "none",
-            normalization="none" if layer_norm == "none" else self.normalization,
-            ln_eps=options["ln_eps"],
-            ln_center=layer_norm != "scale_only",
-            act_fn="relu",
-            attn_bias=self.attn_bias,
-            readout=self.readout,
-            readout_position=0,
-            dtype=options["dtype"],
-            model_name=f"trained-{self.name}",
-            metadata={"preset": self.name, "paper": self.paper},
-        )
+        resolved = {**GENERIC_DEFAULTS, **self.defaults, **options}
+        missing = sorted(n for n in ("epochs", "strings_per_epoch", "test_strings", "lr", "d_model", "d_mlp",
+                                     "train_length", "test_length") if n not in resolved)
+        if missing:
+            raise ExactLensError(f"preset {self.name!r} sets no default for {missing}; give them as options")
+        validate_generic(resolved)
+        if self.validate is not None:
+            self.validate(resolved)
+        return resolved
+
+    def spec(self, options: Options) -> TrainSpec:
+        opts = self.resolve(options)
+        task = self.task_of(opts)
+        for key in ("train_length", "test_length"):
+            lo, _ = opts[key]
+            task.check_length(lo)
+        config = self.config(task, opts)
+        config.metadata.setdefault("preset", self.name)
+        config.metadata.setdefault("paper", self.paper)
+        config.task = task.spec()
+        return TrainSpec(self.name, self.paper, task, config, opts, self.metrics, self.prepare, self.masks,
+                         self.penalty)
 
 
-_COMMON = dict(
-    batch_size=None,
-    eval_every=10,
-    lr_schedule="constant",
-    scaled=False,
-    dtype="float32",
-    layer_norm="full",
-    positions="paper",
-    num_classes=None,
-    threads=None,
-)
+@dataclass(frozen=True)
+class TrainSpec:
+    """Everything the loop needs: resolved options, the task, the architecture and the hooks."""
 
-# Chiang & Cholak §5.1 sizes and optimizer; Fig. 4 data.
-_CHIANG = dict(
-    _COMMON,
-    epochs=1000,
-    strings_per_epoch=100,
-    test_strings=100,
-    lr=3e-4,
-    d_model=16,
-    d_mlp=64,
-    ln_eps=1e-5,
-)
+    name: str
+    paper: str | None
+    task: tasks.Task
+    config: ExactConfig
+    options: Options
+    metrics: tuple[Metric, ...] = ()
+    prepare: Callable[[ExactTransformer, Options], None] | None = None
+    masks: Callable[[ExactTransformer, Options], dict[str, torch.Tensor | bool]] | None = None
+    penalty: Callable[[dict[str, torch.Tensor], Options], torch.Tensor] | None = None
 
-PRESETS: dict[str, Preset] = {
-    "first": Preset(
-        name="first",
-        language="first",
-        paper="Chiang & Cholak 2022, §5.1/§5.3, Fig. 4",
-        summary="FIRST: 2 layers x 1 head, position feature I[i=1] (as the §3.3 solution)",
-        n_layers=2,
-        n_heads=1,
-        positions={"paper": ("I[i=1]",)},
-        defaults=dict(_CHIANG, train_length=100, test_length=1000),
-    ),
-    "parity": Preset(
-        name="parity",
-        language="parity",
-        paper="Chiang & Cholak 2022, §5.1",
-        summary="PARITY: 2 layers x 2 heads, position features i/n, cos(i*pi) (as the §3.2 solution)",
-        n_layers=2,
-        n_heads=2,
-        positions={"paper": ("i/n", "cos(i*pi)")},
-        defaults=dict(_CHIANG, train_length=100, test_length=100),
-    ),
-    "one": Preset(
-        name="one",
-        language="one",
-        paper="Nowak et al. 2022, §4.2, Fig. 5",
-        summary="ONE: 1 layer x 1 head, position feature i/n (§3.1.1) or FIRST's I[i=1]; fixed or variable lengths",
-        n_layers=1,
-        n_heads=1,
-        positions={"paper": ("i/n",), "first": ("I[i=1]",)},
-        defaults=dict(_CHIANG, ln_eps=1e-1, train_length=100, test_length=1000),
-    ),
-    "majority": Preset(
-        name="majority",
-        language="majority",
-        paper="Brody et al. 2023, §4.1, App. E.1",
-        summary="MAJORITY: 1 layer, d = 8, 20 classes, |w| = 50, logits at CLS; layer norm full / scale_only / none",
-        n_layers=1,
-        n_heads=1,
-        positions={"paper": ()},  # majority ignores order: no positional encoding
-        readout="logits",
-        normalization="pre",  # LN before attention (Brody: LN's projection acts on the keys)
-        attn_bias=False,
-        defaults=dict(
-            _COMMON,
-            epochs=1000,
-            strings_per_epoch=6000,
-            test_strings=2000,
-            lr=1e-3,
-            lr_schedule="linear",
-            d_model=8,
-            d_mlp=0,
-            ln_eps=1e-5,
-            num_classes=20,
-            train_length=50,
-            test_length=50,
-        ),
-    ),
-}
+
+PRESETS: dict[str, Preset] = Registry()
+
+
+def register_preset(preset: Preset) -> Preset:
+    if not isinstance(preset, Preset):
+        raise ExactLensError(f"register_preset takes a Preset, got {type(preset).__name__}")
+    if PRESETS.peek(preset.name) not in (None, preset):
+        raise ExactLensError(f"a training preset named {preset.name!r} is already registered")
+    PRESETS[preset.name] = preset
+    return preset
+
+
+def preset_names() -> list[str]:
+    from exactlens.plugins import load_plugins
+
+    load_plugins()
+    return sorted(PRESETS)
 
 
 def get_preset(name: str) -> Preset:
+    from exactlens.plugins import load_plugins
+
+    load_plugins()
     if name not in PRESETS:
-        raise ExactLensError(f"unknown training task {name!r}; known: {', '.join(sorted(PRESETS))}")
+        raise ExactLensError(f"unknown training task {name!r}; known presets: {', '.join(sorted(PRESETS))}")
     return PRESETS[name]
 
 
-def resolve_options(preset: Preset, options: dict[str, Any]) -> dict[str, Any]:
-    """Preset defaults overridden by options; unknown names and bad values raise."""
-    unknown = sorted(set(options) - set(OPTION_DOCS))
-    if unknown:
-        raise ExactLensError(f"unknown training options {unknown}; allowed: {', '.join(sorted(OPTION_DOCS))}")
-    resolved = dict(preset.defaults)
-    resolved.update({k: v for k, v in options.items()})
-    _validate(preset, resolved)
-    return resolved
+def resolve_options(preset: Preset, options: Options) -> Options:
+    return preset.resolve(options)
 
 
-def _positive_int(name: str, value: Any, minimum: int = 1) -> None:
+# ---- validation of the generic options -------------------------------------------------
+
+
+def positive_int(name: str, value: Any, minimum: int = 1) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ExactLensError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
-def _validate(preset: Preset, o: dict[str, Any]) -> None:
-    from exactlens.train.data import check_lengths
+def choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ExactLensError(f"{name}={value!r} is not allowed; choose one of {', '.join(allowed)}")
 
-    for name in ("epochs", "strings_per_epoch", "test_strings", "d_model", "d_mlp"):
-        _positive_int(name, o[name], minimum=0 if name == "d_mlp" else 1)
-    _positive_int("eval_every", o["eval_every"], minimum=0)
+
+def number(name: str, value: Any, minimum: float = 0.0, strict: bool = True) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < minimum or (strict and value == minimum):
+        bound = f"> {minimum}" if strict else f">= {minimum}"
+        raise ExactLensError(f"{name} must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+def validate_generic(o: Options) -> None:
+    for name in ("epochs", "strings_per_epoch", "test_strings", "d_model"):
+        positive_int(name, o[name])
+    for name in ("d_mlp", "eval_every", "warmup_steps"):
+        positive_int(name, o[name], minimum=0)
     if o["batch_size"] is None:
         o["batch_size"] = o["strings_per_epoch"]
-    _positive_int("batch_size", o["batch_size"])
+    positive_int("batch_size", o["batch_size"])
     if o["strings_per_epoch"] % o["batch_size"]:
         raise ExactLensError(
             f"batch_size={o['batch_size']} must divide strings_per_epoch={o['strings_per_epoch']} "
@@ -233,21 +201,70 @@ def _validate(preset: Preset, o: dict[str, Any]) -> None:
         )
     o["train_length"] = check_lengths(o["train_length"], "train_length")
     o["test_length"] = check_lengths(o["test_length"], "test_length")
-    if not (isinstance(o["lr"], (int, float)) and not isinstance(o["lr"], bool) and o["lr"] > 0):
-        raise ExactLensError(f"lr must be a number > 0, got {o['lr']!r}")
-    o["lr"] = float(o["lr"])
-    if o["lr_schedule"] not in ("constant", "linear"):
-        raise ExactLensError(f"lr_schedule={o['lr_schedule']!r} is not allowed; choose constant or linear")
+    o["lr"] = number("lr", o["lr"])
+    choice("optimizer", o["optimizer"], OPTIMIZERS)
+    choice("lr_schedule", o["lr_schedule"], LR_SCHEDULES)
+    if o["optimizer"] == "lbfgs" and o["batch_size"] != o["strings_per_epoch"]:
+        raise ExactLensError("lbfgs trains on one full batch: leave batch_size at strings_per_epoch")
+    if o["grad_clip"] is not None:
+        o["grad_clip"] = number("grad_clip", o["grad_clip"])
+    o["ln_eps"] = number("ln_eps", o["ln_eps"], strict=False)
+    choice("dtype", o["dtype"], ("float32", "float64"))
+    if o["threads"] is not None:
+        positive_int("threads", o["threads"])
+
+
+# ---- comparable models: the architecture of an exact solution, widened ----------------------
+
+ARCHITECTURE_OPTIONS: dict[str, str] = {
+    "scaled": "attention scores times log n in every layer (the length-dependent scaling of Chiang & Cholak eq. 2)",
+    "layer_norm": "'full' (layer norm where the preset puts it), 'scale_only' (no centering: ln_center=False) "
+    "or 'none'",
+}
+LAYER_NORMS = ("full", "scale_only", "none")
+
+
+def check_architecture_options(o: Options) -> None:
     if not isinstance(o["scaled"], bool):
         raise ExactLensError(f"scaled must be true or false, got {o['scaled']!r}")
-    if not (isinstance(o["ln_eps"], (int, float)) and o["ln_eps"] >= 0):
-        raise ExactLensError(f"ln_eps must be a number >= 0, got {o['ln_eps']!r}")
-    if o["threads"] is not None:
-        _positive_int("threads", o["threads"])
-    if preset.readout == "logits":
-        _positive_int("num_classes", o["num_classes"], minimum=2)
-    elif o["num_classes"] is not None:
-        raise ExactLensError(f"num_classes applies to the majority task only, not {preset.name!r}")
-    if preset.language == "majority" or preset.readout == "logits":
-        if o["train_length"][0] < 1 or o["test_length"][0] < 1:
-            raise ExactLensError("majority words need |w| >= 1 (the empty word has no majority)")
+    choice("layer_norm", o["layer_norm"], LAYER_NORMS)
+
+
+def comparable_config(
+    task: tasks.Task,
+    o: Options,
+    *,
+    name: str,
+    n_layers: int,
+    n_heads: int,
+    positional_features: tuple[str, ...],
+    normalization: str = "post",
+    attn_bias: bool = True,
+    attention_mask: str = "none",
+) -> ExactConfig:
+    """A trainable softmax model of the task with a standard readout for its kind, the given
+    shape, widths from the options (d_model, d_mlp), layer norm per ``layer_norm`` (at
+    ``normalization``) and log-n scaling per ``scaled``."""
+    layer_norm = o["layer_norm"]
+    return ExactConfig(
+        d_model=o["d_model"],
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_mlp=o["d_mlp"],
+        d_vocab=len(task.vocab),
+        vocab=task.vocab,
+        d_vocab_out=task.n_outputs,
+        positional_features=positional_features,
+        attention_mask=attention_mask,
+        attention_weighting="softmax",
+        attn_length_scale="log_n" if o["scaled"] else "none",
+        normalization="none" if layer_norm == "none" else normalization,
+        ln_eps=o["ln_eps"],
+        ln_center=layer_norm != "scale_only",
+        act_fn="relu",
+        attn_bias=attn_bias,
+        readout=task.readout,
+        readout_position=0,
+        dtype=o["dtype"],
+        model_name=f"trained-{name}",
+    )

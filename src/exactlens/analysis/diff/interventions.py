@@ -1,0 +1,134 @@
+"""Causal part of the circuit diff: interchange interventions on the subspace of a named feature.
+
+For a feature (residual label) whose probe found it at trained residual-stream site S (the earliest
+``hook_resid_*`` site with the best held-out R^2: the residual stream is where layers pass features
+on, while a wide FFN hidden layer may hold them redundantly in many directions), the
+probe's weight vector w defines the direction u = w / |w| along which the trained model carries the
+feature. An interchange intervention runs the trained model on a base word and, at S, replaces the
+component of the activation along u by the counterfactual word's component:
+
+    x' = x + ((x_cf - x) . u) u          (at every position, or only at the readout position for
+                                          features that only the readout reads)
+
+The exact model gets the same intervention on its own representation of the feature: at the site
+where the label is settled (``exact_site``), dimension i of the label is set to the counterfactual's
+value. The interchange-intervention accuracy (IIA, Geiger et al. 2021) is the fraction of
+(base, counterfactual) pairs on which the two intervened models make the same decision;
+``iia_changed`` restricts it to the pairs where the intervention changes the exact model's decision
+(the informative ones: elsewhere a model that ignores the feature also scores 1). Each model's
+outputs are decided by its own reader (the construction's decision rule; the trained model's
+standard one), and a word counts as "the same decision" when every target position agrees.
+Regression tasks have no decision to compare; their interventions are left to the alignment
+part and reported as skipped.
+
+Only features the exact model *computes* are intervened on. Input features (settled in the
+embedding, e.g. ``I[w_i=0]``) are skipped: they are tied to each other on every word (one token per
+position: I[w_i=0] + I[w_i=1] + I[w_i=CLS] = 1), so setting one alone leaves the words' manifold and
+the direction "that carries it" in the trained model is not determined by the data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from exactlens.analysis.diff.probes import feature_direction
+from exactlens.analysis.diff.runs import same_decisions
+
+
+def _patched_outputs(
+    side: Any,
+    tokens: torch.Tensor,
+    site: str,
+    direction: np.ndarray,
+    cf_acts: np.ndarray,
+    positions: np.ndarray | None,
+    n_positions: torch.Tensor,
+) -> torch.Tensor:
+    dtype = next(side.model.parameters()).dtype
+    u = torch.as_tensor(direction, dtype=dtype)
+    cf = torch.as_tensor(cf_acts, dtype=dtype)
+
+    def hook(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
+        delta = ((cf - act) @ u).unsqueeze(-1) * u
+        if positions is not None:
+            keep = torch.zeros(act.shape[1], dtype=dtype)
+            keep[torch.as_tensor(positions)] = 1
+            delta = delta * keep[None, :, None]
+        return act + delta
+
+    logits = side.model.run_with_hooks(tokens, fwd_hooks=[(site, hook)])
+    return side.outputs(logits.detach(), n_positions)
+
+
+def intervention_table(
+    runs: list,
+    trained: Any,
+    exact: Any,
+    probes: dict[str, Any],
+    maps: dict,
+    pairs_per_length: int,
+    seed: int,
+) -> dict[str, Any]:
+    """The ``interventions`` part of the diff JSON: one entry per non-constant feature."""
+    task = exact.reader.task
+    if task.kind == "regression":
+        return {"features": [], "skipped": [{"label": None, "reason": "regression task: no decision to compare"}],
+                "iia": None, "iia_changed": None}
+    rng = np.random.default_rng(seed + 1)
+    pairings = []
+    for run in runs:
+        s = run.tokens.shape[0]
+        k = min(pairs_per_length, s)
+        pairings.append((rng.permutation(s)[:k], rng.permutation(s)[:k]))
+    features, skipped = [], []
+    for feat in probes["features"]:
+        if feat["constant"] or feat["best_residual_site"] is None:
+            skipped.append({"label": feat["label"], "reason": "constant on these words"})
+            continue
+        if feat["exact_site"] == exact.sites[0]:
+            skipped.append({"label": feat["label"], "reason": "input feature (set by the embedding)"})
+            continue
+        label, t_site, e_site, i = feat["label"], feat["best_residual_site"], feat["exact_site"], feat["index"]
+        u_t = feature_direction(maps[(label, t_site)])
+        u_e = np.zeros(exact.d_model)
+        u_e[i] = 1.0
+        agree = changed = agree_changed = total = 0
+        for run, (base, cf) in zip(runs, pairings, strict=True):
+            rows = exact.model.readout_rows(run.n_positions)
+            positions = np.array([int(rows[0])]) if feat["positions"] == "readout" and rows is not None else None
+            index = torch.as_tensor(base)
+            tokens, n_pos = run.tokens[index], run.n_positions[index]
+            t_read = _patched_outputs(trained, tokens, t_site, u_t, run.trained_acts[t_site][cf], positions, n_pos)
+            e_read = _patched_outputs(exact, tokens, e_site, u_e, run.exact_acts[e_site][cf], positions, n_pos)
+            t_dec, e_dec = trained.reader.decide(t_read, n_pos), exact.reader.decide(e_read, n_pos)
+            e_base = exact.reader.decide(run.exact_outputs[index], n_pos)
+            same = same_decisions(task, t_dec, e_dec, n_pos, 0.0)
+            moved = ~same_decisions(task, e_dec, e_base, n_pos, 0.0)
+            agree += int(same.sum())
+            changed += int(moved.sum())
+            agree_changed += int((same & moved).sum())
+            total += len(base)
+        features.append(
+            {
+                "label": label,
+                "trained_site": t_site,
+                "exact_site": e_site,
+                "r2": feat["best_residual_r2"],
+                "positions": feat["positions"],
+                "pairs": total,
+                "iia": agree / total,
+                "exact_changed": changed / total,
+                "iia_changed": agree_changed / changed if changed else None,
+            }
+        )
+    iias = [f["iia"] for f in features]
+    changed_iias = [f["iia_changed"] for f in features if f["iia_changed"] is not None]
+    return {
+        "features": features,
+        "skipped": skipped,
+        "iia": float(np.mean(iias)) if iias else None,
+        "iia_changed": float(np.mean(changed_iias)) if changed_iias else None,
+    }

@@ -1,0 +1,241 @@
+"""Linear probes and basis alignment for the circuit diff (:mod:`exactlens.analysis.diff`).
+
+A probe predicts one named feature of the exact model (a residual label, e.g. ``k/n``) from the
+activations at one hook site of the trained model, by ridge regression.
+The ridge strength is chosen on the training rows by generalized cross-validation (GCV, Golub,
+Heath & Wahba 1979: GCV(a) = N |(I - H_a) y|^2 / (N - tr H_a)^2, closed form from one SVD), and the
+score is the R^2 on held-out *sequences* (all positions of a sequence fall on the same side of the
+split, so a probe cannot memorize a sequence).
+
+Inputs are centred and divided by one overall scale, which keeps every probe equivariant under
+rotations of the trained residual basis. The same regression with matrix targets gives the maps
+that align the two residual bases for the weight comparison (:mod:`exactlens.analysis.diff.weights`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from exactlens.analysis.diff.runs import LengthRun, Side, pool, pooled
+
+ALPHAS = (1e-10, 1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+"""Ridge strengths tried, relative to the number of training rows (inputs are centred and divided
+by their overall RMS, so X^T X / N has mean eigenvalue 1 and the relative strength is scale-free)."""
+
+CONSTANT_TOLERANCE = 1e-9
+"""A target whose standard deviation is below this (times max(1, |mean|)) is constant: no R^2."""
+
+
+@dataclass
+class LinearMap:
+    """y ~ x @ weight + bias, in the raw (unstandardized) coordinates of x."""
+
+    weight: np.ndarray  # [d_in, d_out]
+    bias: np.ndarray  # [d_out]
+    alpha: float  # the chosen relative ridge strength
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return x @ self.weight + self.bias
+
+    def augmented(self) -> np.ndarray:
+        """[[weight, 0], [bias, 1]]: the same affine map on rows [x, 1] -> [y, 1]."""
+        d_in, d_out = self.weight.shape
+        out = np.zeros((d_in + 1, d_out + 1))
+        out[:d_in, :d_out] = self.weight
+        out[d_in, :d_out] = self.bias
+        out[d_in, d_out] = 1.0
+        return out
+
+
+def _standardize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Centre every column and divide by ONE overall scale (the RMS of the centred entries).
+
+    A single scale (not one per column) keeps ridge rotation-equivariant: for x' = x R with R
+    orthogonal the fitted weights are R^T w, so probes, directions and scores do not depend on
+    the basis of the trained residual stream."""
+    mean = x.mean(0)
+    centred = x - mean
+    scale = float(np.sqrt((centred**2).mean())) if centred.size else 0.0
+    scale = scale if scale > 1e-300 else 1.0
+    return centred / scale, mean, scale
+
+
+def fit_ridge(x: np.ndarray, y: np.ndarray, alphas: tuple[float, ...] = ALPHAS) -> LinearMap:
+    """Ridge regression of y [N, k] (or [N]) on x [N, d], the strength chosen by GCV (summed over outputs)."""
+    y2 = y.reshape(len(y), -1)
+    xs, x_mean, x_scale = _standardize(x)
+    y_mean = y2.mean(0)
+    yc = y2 - y_mean
+    n = xs.shape[0]
+    s, vt, uty = _thin_svd(xs, yc)
+    resid_outside = float((yc**2).sum() - (uty**2).sum())  # part of y outside the column space of xs
+    best = None
+    for rel in alphas:
+        a = rel * n
+        shrink = s**2 / (s**2 + a)  # eigenvalues of the hat matrix
+        rss = float((((1 - shrink)[:, None] * uty) ** 2).sum()) + max(resid_outside, 0.0)
+        dof = n - float(shrink.sum())
+        gcv = n * rss / max(dof, 1e-12) ** 2
+        if best is None or gcv < best[0]:
+            best = (gcv, rel)
+    rel = best[1]
+    coef_std = vt.T @ ((s / (s**2 + rel * n))[:, None] * uty)  # [d, k]
+    weight = coef_std / x_scale
+    bias = y_mean - x_mean @ weight
+    return LinearMap(weight, bias, rel)
+
+
+def _thin_svd(x: np.ndarray, y: np.ndarray, rel_tol: float = 1e-12) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Singular values s, right vectors vt and U^T y of x [N, d] from the d x d Gram matrix (N >> d:
+    O(N d^2) instead of an N x d SVD); directions with s^2 below rel_tol * max s^2 are dropped."""
+    evals, evecs = np.linalg.eigh(x.T @ x)
+    keep = evals > rel_tol * max(float(evals.max(initial=0.0)), 1e-300)
+    s = np.sqrt(evals[keep])
+    vt = evecs[:, keep].T
+    uty = (vt @ (x.T @ y)) / s[:, None]
+    return s, vt, uty
+
+
+def r2_score(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """1 - SSE / SST with the held-out mean (can be negative: worse than predicting the mean)."""
+    sst = float(((y_true - y_true.mean()) ** 2).sum())
+    sse = float(((y_true - y_pred) ** 2).sum())
+    return 1.0 - sse / sst if sst > 0 else float("nan")
+
+
+def is_constant(y: np.ndarray) -> bool:
+    return float(y.std()) <= CONSTANT_TOLERANCE * max(1.0, float(np.abs(y.mean())))
+
+
+def split_sequences(n_sequences: int, test_fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Bool [n_sequences]: True for held-out sequences (at least one on each side)."""
+    order = rng.permutation(n_sequences)
+    n_test = min(max(1, int(round(test_fraction * n_sequences))), n_sequences - 1)
+    test = np.zeros(n_sequences, dtype=bool)
+    test[order[:n_test]] = True
+    return test
+
+
+@dataclass
+class ProbeResult:
+    r2: float | None  # held-out R^2 (None: constant target)
+    map: LinearMap  # refit on every row, for interventions and alignment
+
+
+def probe(x: np.ndarray, y: np.ndarray, test_rows: np.ndarray) -> ProbeResult:
+    """Held-out R^2 of a ridge probe y ~ x; ``test_rows`` [N] bool. Constant targets get r2=None."""
+    full = fit_ridge(x, y)
+    if is_constant(y[~test_rows]) or is_constant(y[test_rows]):
+        return ProbeResult(None, full)
+    fitted = fit_ridge(x[~test_rows], y[~test_rows])
+    pred = fitted(x[test_rows]).reshape(-1)
+    return ProbeResult(r2_score(y[test_rows], pred), full)
+
+
+def feature_direction(linear_map: LinearMap) -> np.ndarray:
+    """The unit vector u of activation space along which a 1-d probe reads its feature (w / |w|)."""
+    w = linear_map.weight.reshape(-1)
+    norm = float(np.linalg.norm(w))
+    return w / norm if norm > 0 else w
+
+
+def row_space_projector(x: np.ndarray, center: bool = False, rel_tol: float = 1e-11) -> np.ndarray:
+    """Orthogonal projector [d, d] onto the span of the rows of x (centered first if asked)."""
+    if center:
+        x = x - x.mean(0)
+    evals, evecs = np.linalg.eigh(x.T @ x)
+    top = float(evals.max(initial=0.0))
+    if top <= 0:
+        return np.zeros((x.shape[1], x.shape[1]))
+    basis = evecs[:, evals > rel_tol * top]  # rel_tol on squared singular values
+    return basis @ basis.T
+
+
+# ----------------------------------------------------------------------------- the probe table
+
+SETTLE_TOLERANCE = 1e-6  # a label is settled at a site when it equals its final value to this (relative)
+BEST_TOLERANCE = 0.005
+"""best_site: the earliest site whose held-out R^2 is within this of the highest (where the trained
+model has computed the feature, not where rounding happens to favour)."""
+
+
+def feature_scopes(exact_model: Any, labels: list[str]) -> list[str]:
+    """'readout' for labels only the unembedding reads (e.g. the logit s), else 'all'."""
+    w_u = exact_model.W_U.detach().double().abs().sum(-1).numpy()
+    readers = np.zeros(len(labels))
+    for block in exact_model.blocks:
+        a = block.attn
+        readers += a.W_Q.detach().double().abs().sum((0, 2)).numpy() + a.W_K.detach().double().abs().sum((0, 2)).numpy()
+        readers += a.W_V.detach().double().abs().sum((0, 2)).numpy()
+        if block.mlp is not None:
+            readers += block.mlp.W_in.detach().double().abs().sum(1).numpy()
+    return ["readout" if w_u[i] > 0 and readers[i] == 0 else "all" for i in range(len(labels))]
+
+
+def earliest_best(r2: dict[str, float | None], order: list[str]) -> tuple[str | None, float | None]:
+    scored = {k: v for k, v in r2.items() if v is not None}
+    if not scored:
+        return None, None
+    top = max(scored.values())
+    site = next(k for k in order if k in scored and scored[k] >= top - BEST_TOLERANCE)
+    return site, scored[site]
+
+
+def probe_table(
+    runs: list[LengthRun],
+    trained: Side,
+    exact: Side,
+    labels: list[str],
+    scopes: list[str],
+    test_fraction: float,
+    seed: int,
+) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    """The ``probes`` part of the JSON and the fitted probe maps {(label, site): LinearMap}."""
+    rows = pool(runs, exact)
+    n_seq = int(rows.sequence.max()) + 1
+    test_seq = split_sequences(n_seq, test_fraction, np.random.default_rng(seed))
+    test_rows = test_seq[rows.sequence]
+    final = pooled(runs, exact.sites[-1], "exact")
+    exact_pooled = {site: pooled(runs, site, "exact") for site in exact.sites}
+    trained_pooled = {site: pooled(runs, site, "trained") for site in trained.sites}
+    # Positions where some activation is not finite (e.g. layer norm with eps = 0 of a zero vector,
+    # at a position the readout never reads) cannot be probed: they are left out and counted.
+    finite = np.ones(len(rows.sequence), dtype=bool)
+    for acts in (*exact_pooled.values(), *trained_pooled.values()):
+        finite &= np.isfinite(acts).all(1)
+    features, maps = [], {}
+    for i, label in enumerate(labels):
+        mask = (rows.is_readout if scopes[i] == "readout" else np.ones(len(rows.sequence), dtype=bool)) & finite
+        y = final[mask, i]
+        tolerance = SETTLE_TOLERANCE * (1 + (np.abs(y).max() if y.size else 0.0))
+        settled = next(site for site in exact.sites if np.all(np.abs(exact_pooled[site][mask, i] - y) <= tolerance))
+        entry: dict[str, Any] = {
+            "label": label,
+            "index": i,
+            "positions": scopes[i],
+            "exact_site": settled,
+            "constant": bool(is_constant(y)),
+            "r2": {},
+        }
+        for site in trained.sites:
+            result = probe(trained_pooled[site][mask], y, test_rows[mask])
+            entry["r2"][site] = result.r2
+            maps[(label, site)] = result.map
+        entry["best_site"], entry["best_r2"] = earliest_best(entry["r2"], trained.sites)
+        residual = {k: v for k, v in entry["r2"].items() if k in trained.patch_sites}
+        entry["best_residual_site"], entry["best_residual_r2"] = earliest_best(residual, trained.sites)
+        features.append(entry)
+    out = {
+        "sites": list(trained.sites),
+        "exact_sites": list(exact.sites),
+        "test_fraction": test_fraction,
+        "rows": int(len(rows.sequence)),
+        "nonfinite_rows": int((~finite).sum()),
+        "sequences": n_seq,
+        "held_out_sequences": int(test_seq.sum()),
+        "features": features,
+    }
+    return out, maps

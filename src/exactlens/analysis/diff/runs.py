@@ -1,0 +1,315 @@
+"""The two models of a diff, the words they are run on, and what is recorded of each run.
+
+Both models answer the same task (the exact construction's, with the parameters it was built
+for). Each is read by its own reader: the construction by its decision rule, the trained model by
+the rule its checkpoint records (the task kind's standard one for a trained model). The trained
+side may be an ExactTransformer, a checkpoint directory, a construction name (diffing two
+constructions), or any model with TransformerLens hook names and a ``cfg`` (e.g. a TransformerLens
+4 ``TransformerBridge``), read with the task kind's standard readout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from exactlens import tasks
+from exactlens.constructions.registry import Construction, get_target
+from exactlens.errors import ExactLensError
+from exactlens.model import ExactTransformer
+from exactlens.tasks.decisions import Reader
+
+DEFAULT_LENGTHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
+
+
+@dataclass
+class Side:
+    """One model of the diff with what the diff needs to know about it."""
+
+    model: Any
+    info: dict[str, Any]
+    reader: Reader
+    n_layers: int
+    n_heads: int
+    d_model: int
+    norms: tuple[str, ...]  # per layer: "none" | "post" | "pre"
+    readout_position: int
+    max_positions: int | None
+    sites: list[str] = field(default_factory=list)  # residual-like hook sites, in depth order
+    patch_sites: list[str] = field(default_factory=list)  # residual-stream sites used for interventions
+
+    @property
+    def exact(self) -> bool:
+        return isinstance(self.model, ExactTransformer)
+
+    def run(self, tokens: torch.Tensor, names: set[str]) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        logits, cache = self.model.run_with_cache(tokens, names_filter=lambda n: n in names)
+        return logits.detach(), {k: cache[k].detach().cpu().double().numpy() for k in names if k in cache}
+
+    def outputs(self, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+        """The task outputs (ExactTransformer.readout's shapes) from full logits [B, pos, out]."""
+        if self.exact:
+            return self.model.select_readout(logits, n_positions).double()
+        task = self.reader.task
+        if task.readout == "per_position":
+            return logits.double()
+        at = logits[torch.arange(logits.shape[0]), self._row(n_positions)].double()
+        return at[:, 0] if task.kind == "membership" and at.shape[-1] == 1 else at
+
+    def _row(self, n_positions: torch.Tensor) -> torch.Tensor:
+        pos = self.readout_position
+        return torch.full_like(n_positions, pos) if pos >= 0 else n_positions + pos
+
+
+def _site_names(model: Any, n_layers: int, exact_side: bool) -> list[str]:
+    hooks = set(getattr(model, "hook_dict", {}))
+    names = ["blocks.0.hook_resid_pre"]
+    for layer in range(n_layers):
+        names.append(f"blocks.{layer}.hook_resid_mid")
+        if not exact_side:
+            names.append(f"blocks.{layer}.mlp.hook_post")
+        names.append(f"blocks.{layer}.hook_resid_post")
+    if not exact_side:
+        names.append("ln_final.hook_normalized")
+    return [n for n in names if n in hooks]
+
+
+def make_side(model: Any, info: dict[str, Any], reader: Reader, readout_position: int, exact_side: bool) -> Side:
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not hasattr(model, "run_with_cache"):
+        raise ExactLensError(
+            f"the trained model must have TransformerLens hooks and a cfg (an ExactTransformer, a checkpoint "
+            f"directory, a construction name or a TransformerBridge), got {type(model).__name__}"
+        )
+    if isinstance(model, ExactTransformer):
+        norms = cfg.per_layer("normalization")
+        readout = cfg.readout_position
+        max_pos = cfg.n_ctx if cfg.learned_positions else None
+    else:
+        norms = ("none" if getattr(cfg, "normalization_type", None) is None else "pre",) * int(cfg.n_layers)
+        readout = readout_position
+        max_pos = getattr(cfg, "n_ctx", None)
+    side = Side(model, info, reader, int(cfg.n_layers), int(cfg.n_heads), int(cfg.d_model), tuple(norms), readout,
+                max_pos)
+    side.sites = _site_names(model, side.n_layers, exact_side)
+    # Residual-stream sites for interventions. In a TransformerBridge an edit at hook_resid_mid did not
+    # reach the output (measured on an exported `first`), so other models are patched at resid_pre/post.
+    side.patch_sites = [n for n in side.sites if "hook_resid_" in n and (side.exact or "resid_mid" not in n)]
+    if not side.sites:
+        raise ExactLensError(f"{type(model).__name__} has no hook blocks.0.hook_resid_pre / resid_mid / resid_post")
+    return side
+
+
+def check_vocab(model: Any, task: tasks.Task, what: str, against: str) -> dict[str, Any]:
+    """The same token ids are fed to both models: their vocabularies must be the task's."""
+    cfg = model.cfg
+    vocab = task.vocab
+    own = getattr(cfg, "vocab", None)
+    if own is not None:
+        if tuple(own) != tuple(vocab):
+            raise ExactLensError(
+                f"cannot compare {what} with {against}: its vocabulary {list(own)} differs from the task's "
+                f"{list(vocab)} ({task!r}); the same token ids are fed to both models"
+            )
+        return {"vocab": list(vocab), "vocab_check": "names"}
+    d_vocab = int(getattr(cfg, "d_vocab", -1))
+    if d_vocab != len(vocab):
+        raise ExactLensError(
+            f"cannot compare {what} with {against}: it has d_vocab={d_vocab} but the task {task!r} has "
+            f"{len(vocab)} tokens {list(vocab)}"
+        )
+    return {"vocab": list(vocab), "vocab_check": "size only (the model names no tokens)"}
+
+
+def trained_reader(model: Any, task: tasks.Task, what: str, against: str) -> Reader:
+    """The trained side's reader: its recorded task must be the construction's (kinds and parameters)."""
+    spec = getattr(getattr(model, "cfg", None), "task", None)
+    if spec is not None:
+        own = tasks.from_spec(spec)
+        if own != task:
+            raise ExactLensError(
+                f"cannot compare {what} with {against}: they answer different tasks ({own!r}, a {own.kind} task, "
+                f"vs {task!r}, a {task.kind} task)"
+            )
+    return tasks.reader(model, task) if isinstance(model, ExactTransformer) else Reader(task, None)
+
+
+def resolve_trained(trained: Any) -> tuple[Any, dict[str, Any]]:
+    """A model and its description from a model, a checkpoint directory or a construction name."""
+    if isinstance(trained, (str, Path)):
+        path = Path(trained)
+        if path.is_dir():
+            model = ExactTransformer.load(path)
+            model.eval()
+            return model, {"kind": "checkpoint", "path": str(path)}
+        construction = get_target(trained)
+        return construction.make(dtype="float64"), {"kind": "construction", "name": construction.name}
+    return trained, {"kind": "model"}
+
+
+def describe(model: Any) -> dict[str, Any]:
+    cfg = model.cfg
+    out = {
+        "class": type(model).__name__,
+        "n_layers": int(cfg.n_layers),
+        "n_heads": int(cfg.n_heads),
+        "d_model": int(cfg.d_model),
+        "d_head": int(cfg.d_head),
+    }
+    if isinstance(model, ExactTransformer):
+        out.update(
+            dtype=cfg.dtype,
+            normalization=list(cfg.per_layer("normalization")),
+            d_mlp=cfg.d_mlp,
+            attn_length_scale=list(cfg.per_layer("attn_length_scale")),
+            attention_weighting=list(cfg.per_layer("attention_weighting")),
+            readout=cfg.readout,
+            model_name=cfg.model_name,
+            task=cfg.task,
+            decision_rule=cfg.decision_rule,
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- words and runs
+
+
+@dataclass
+class LengthRun:
+    """Everything recorded for the words of one length."""
+
+    length: int
+    ids: torch.Tensor  # symbol ids [S, length]
+    tokens: torch.Tensor  # [S, n]
+    n_positions: torch.Tensor  # [S] (every row is n)
+    exhaustive: bool
+    truth: torch.Tensor
+    trained_outputs: torch.Tensor
+    exact_outputs: torch.Tensor
+    trained_acts: dict[str, np.ndarray]
+    exact_acts: dict[str, np.ndarray]
+
+
+def words(task: tasks.Task, length: int, strings: int, gen: torch.Generator) -> tuple[torch.Tensor, bool]:
+    """Every word of the length when there are at most ``strings``, else ``strings`` sampled ones plus
+    the task's hard words (e.g. FIRST's 1 0^(L-1), where the §5.2 model fails first)."""
+    if len(task.alphabet) ** length <= strings:
+        return task.all_words(length), True
+    return torch.cat([task.sample(length, strings, gen), task.hard_words(length).long()]), False
+
+
+def usable_lengths(
+    lengths: Sequence[int] | None, construction: Construction, task: tasks.Task, trained: Side, exact: Side
+) -> tuple[list[int], list[dict[str, Any]]]:
+    """The lengths both models answer; given explicitly, an unusable length is an error."""
+    explicit = lengths is not None
+    wanted = list(DEFAULT_LENGTHS if lengths is None else lengths)
+    if not wanted:
+        raise ExactLensError("lengths must not be empty")
+    kept, skipped = [], []
+    for length in sorted(set(wanted)):
+        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+            raise ExactLensError(f"lengths must be integers >= 0, got {length!r}")
+        reasons = []
+        try:
+            construction.check_length(length, exact.model)
+        except ExactLensError as err:
+            reasons.append(str(err))
+        for side, what in ((trained, "trained model"), (exact, "construction")):
+            if side.max_positions is not None and length + task.n_specials > side.max_positions:
+                reasons.append(f"{length + task.n_specials} positions exceed the {what}'s n_ctx={side.max_positions}")
+        if reasons and explicit:
+            raise ExactLensError(f"length {length}: " + "; ".join(reasons))
+        if reasons:
+            skipped.append({"length": length, "reason": "; ".join(reasons)})
+        else:
+            kept.append(length)
+    if not kept:
+        raise ExactLensError("no length is usable: " + "; ".join(s["reason"] for s in skipped))
+    return kept, skipped
+
+
+def run_both(
+    task: tasks.Task, lengths: list[int], strings: int, seed: int, trained: Side, exact: Side
+) -> list[LengthRun]:
+    """Both models on the same words of every length, with the activations the parts need."""
+    gen = torch.Generator().manual_seed(int(seed))
+    t_names = set(trained.sites) | _attention_hooks(trained.n_layers)
+    e_names = set(exact.sites) | _attention_hooks(exact.n_layers)
+    runs = []
+    for length in lengths:
+        ids, exhaustive = words(task, length, strings, gen)
+        batch = task.encode(ids)
+        t_logits, t_acts = trained.run(batch.tokens, t_names)
+        e_logits, e_acts = exact.run(batch.tokens, e_names)
+        runs.append(
+            LengthRun(
+                length, ids, batch.tokens, batch.n_positions, exhaustive, task.targets(ids),
+                trained.outputs(t_logits, batch.n_positions), exact.outputs(e_logits, batch.n_positions),
+                t_acts, e_acts,
+            )
+        )
+    return runs
+
+
+def _attention_hooks(n_layers: int) -> set[str]:
+    names = set()
+    for layer in range(n_layers):
+        names |= {f"blocks.{layer}.attn.hook_pattern", f"blocks.{layer}.hook_resid_pre",
+                  f"blocks.{layer}.ln1.hook_normalized", f"blocks.{layer}.hook_resid_mid"}
+    return names
+
+
+# ----------------------------------------------------------------------------- pooled rows
+
+
+@dataclass
+class Rows:
+    """Pooled rows (one per real position) of every length, for probes and alignment maps."""
+
+    sequence: np.ndarray  # [N] sequence index (global over lengths)
+    position: np.ndarray  # [N]
+    is_readout: np.ndarray  # [N] bool: a position the exact model's readout reads
+
+
+def pool(runs: list[LengthRun], exact: Side) -> Rows:
+    seq, pos, ro = [], [], []
+    offset = 0
+    for run in runs:
+        s, n = run.tokens.shape
+        seq.append(np.repeat(np.arange(s) + offset, n))
+        p = np.tile(np.arange(n), s)
+        pos.append(p)
+        rows = exact.model.readout_rows(run.n_positions)
+        ro.append(np.ones_like(p, dtype=bool) if rows is None else p == int(rows[0]))
+        offset += s
+    return Rows(np.concatenate(seq), np.concatenate(pos), np.concatenate(ro))
+
+
+def pooled(runs: list[LengthRun], name: str, which: str) -> np.ndarray:
+    """Activations at hook ``name`` of every position of every word, [N, d] (``which``: trained/exact)."""
+    parts = []
+    for run in runs:
+        a = (run.trained_acts if which == "trained" else run.exact_acts)[name]
+        parts.append(a.reshape(a.shape[0] * a.shape[1], -1))
+    return np.concatenate(parts)
+
+
+def same_decisions(task: tasks.Task, a: torch.Tensor, b: torch.Tensor, n_positions: torch.Tensor,
+                   tolerance: float) -> torch.Tensor:
+    """bool [B]: the two decisions of each word agree (at every target position; regression: within
+    ``tolerance``)."""
+    if task.kind in ("membership", "classification"):
+        return a == b
+    width = min(a.shape[1], b.shape[1])
+    valid = task.target_mask(n_positions - task.n_specials, width)
+    if task.kind == "regression":
+        equal = (a[:, :width].double() - b[:, :width].double()).abs() <= tolerance
+    else:
+        equal = a[:, :width] == b[:, :width]
+    return (equal | ~valid).all(1)

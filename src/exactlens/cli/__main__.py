@@ -1,0 +1,7 @@
+"""python -m exactlens.cli"""
+
+import sys
+
+from exactlens.cli import main
+
+sys.exit(main())

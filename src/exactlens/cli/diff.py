@@ -1,0 +1,100 @@
+"""`exactlens diff CHECKPOINT_DIR --against NAME [--html FILE] [--json]`: a trained model against an
+exact construction (:func:`exactlens.analysis.diff.diff`).
+
+The trained side is a checkpoint directory (ExactTransformer.save) or a construction name (e.g.
+``first-flawed`` against ``first``). With --json, stdout carries exactly one JSON object; progress
+goes to stderr. Bad input raises ExactLensError, which ``exactlens.cli.main`` turns into exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from exactlens.analysis.diff import diff
+from exactlens.analysis.verify import parse_lengths
+from exactlens.cli.common import emit, parse_params, progress
+from exactlens.cli.registry import Verb, register_verb
+from exactlens.viz.diff_page import write_diff_page
+
+__all__ = ["format_diff_text", "run"]
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_diff_text(result: dict[str, Any]) -> str:
+    """A short human-readable summary of a diff result."""
+    s = result["summary"]
+    lines = [f"diff against {result['exact']['name']} on lengths {result['settings']['lengths']}"]
+    if "behaviour" in result:
+        lines.append(
+            f"  accuracy trained {_num(s['trained_accuracy'])}, exact {_num(s['exact_accuracy'])}, "
+            f"agreement {_num(s['agreement'])}"
+        )
+    if "probes" in result:
+        lines.append("  feature                  best trained site                    R^2")
+        for f in result["probes"]["features"]:
+            lines.append(f"  {f['label']:24s} {str(f['best_site']):36s} {_num(f['best_r2'])}")
+    if "attention" in result:
+        for m in result["attention"]["matching"]:
+            lines.append(
+                f"  head L{m['trained_layer']}H{m['trained_head']} ~ exact L{m['exact_layer']}"
+                f"H{m['exact_head']}: TV distance {_num(m['distance'])}"
+            )
+    if "weights" in result:
+        for p in result["weights"]["pairs"]:
+            lines.append(
+                f"  weights L{p['trained_layer']}H{p['trained_head']}: QK cosine {_num(p['qk_cosine'])}, "
+                f"OV cosine {_num(p['ov_cosine'])}"
+            )
+    if "interventions" in result:
+        for f in result["interventions"]["features"]:
+            lines.append(
+                f"  intervention {f['label']} at {f['trained_site']}: IIA {_num(f['iia'])}, "
+                f"on changed pairs {_num(f['iia_changed'])}"
+            )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> None:
+    lengths = parse_lengths(args.lengths) if args.lengths else None
+    progress(f"diff: {args.target} against {args.against}")
+    result = diff(
+        args.target,
+        args.against,
+        params=parse_params(args.param),
+        lengths=lengths,
+        strings=args.strings,
+        seed=args.seed,
+        quiet=False,
+    )
+    if args.html:
+        path = write_diff_page(result, args.html, trained=args.target)
+        progress(f"diff: wrote {path}")
+    emit(result, args.json, format_diff_text(result))
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="CHECKPOINT_DIR", help="a checkpoint directory or a construction name")
+    p.add_argument("--against", required=True, metavar="NAME", help="the exact construction (see `exactlens list`)")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="parameter of the construction (repeatable)")
+    p.add_argument(
+        "--lengths", default=None, help="word lengths A:B[:STEP] or a,b,c (default: 1..32, those both models accept)"
+    )
+    p.add_argument("--strings", type=int, default=64, help="words per length (all words where there are fewer)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--html",
+        default=None,
+        metavar="FILE",
+        help="also write an HTML page (attention views next to FILE in FILE_stem_files/)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+register_verb(Verb(
+    "diff", "compare a trained model with an exact construction (behaviour, probes, attention, weights, "
+    "interventions)", arguments, run, description=__doc__.split("\n\n")[0], order=50,
+))

@@ -1,0 +1,21 @@
+"""`exactlens report [NAME ...] --out DIR [--quick]`: the offline HTML report."""
+
+from __future__ import annotations
+
+import argparse
+
+from exactlens.cli.registry import Verb, register_verb
+from exactlens.viz.page import build_report
+
+
+def run(args: argparse.Namespace) -> None:
+    print(build_report(args.names or None, args.out, quick=args.quick))
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", help="constructions to include (default: all)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true", help="small settings (for tests)")
+
+
+register_verb(Verb("report", "write an HTML report (index.html) to --out", arguments, run, order=90))

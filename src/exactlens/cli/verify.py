@@ -1,0 +1,44 @@
+"""`exactlens verify NAME [--lengths A:B[:STEP]] [--strings K] [--dtype ...] [--seed S] [--json]`."""
+
+from __future__ import annotations
+
+import argparse
+
+from exactlens.analysis.verify import parse_lengths, verify
+from exactlens.cli.common import construction_arguments, emit, parse_params, progress
+from exactlens.cli.registry import Verb, register_verb
+from exactlens.constructions import get
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def run(args: argparse.Namespace) -> None:
+    lengths = parse_lengths(args.lengths)
+    params = parse_params(args.param)
+    model = get(args.name).make(dtype=args.dtype, **params)  # bad names/parameters fail before any progress
+    progress(f"verifying {args.name} ({args.dtype}) on {len(lengths)} lengths")
+    result = verify(
+        args.name, lengths, strings=args.strings, dtype=args.dtype, seed=args.seed, params=params, model=model
+    )
+    regression = (result["task"] or {}).get("kind") == "regression"
+    last = "max_abs_error" if regression else "min_abs_logit"
+    lines = [f"{args.name} {args.dtype}: length strings accuracy cross_entropy_bits {last}"]
+    lines += [
+        f"  {r['length']:6d} {r['strings']:7d} {r['accuracy']:.6f} {_num(r['cross_entropy_bits'], '.6f')} "
+        f"{_num(r.get(last), '.3e')}"
+        for r in result["results"]
+    ]
+    emit(result, args.json, "\n".join(lines))
+    if not args.json and any(r["accuracy"] < 1 for r in result["results"]):
+        progress("note: accuracy below 1 at some lengths")
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    construction_arguments(p)
+    p.add_argument("--lengths", default="1:12", help="A:B[:STEP] (inclusive) or a,b,c; default 1:12")
+    p.add_argument("--strings", type=int, default=1000, help="random strings per length (short lengths: all)")
+
+
+register_verb(Verb("verify", "accuracy and cross-entropy per length", arguments, run, order=10))

@@ -1,0 +1,96 @@
+"""R runs of one configuration as one computation: the model's own forward, mapped over runs.
+
+Training several seeds (or settings that share an architecture) pays a step's fixed cost once:
+every parameter gets a leading run axis [R, ...], inputs are [R, batch, pos], and
+``torch.vmap`` maps :meth:`ExactTransformer.run` (the forward pass of every model, hooks and
+all) over the run axis, so each kernel is launched once for all runs. Runs share no parameter
+and no gradient (a loss that sums per-run losses gives each run its own gradient), so this is
+R independent models computed together. There is no second implementation of the model here:
+whatever the model computes, the stacked runs compute (tests compare them for every
+construction and every switch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from exactlens.errors import ExactLensError
+from exactlens.model.transformer import ExactTransformer
+
+
+class _Run(nn.Module):
+    """Calls the model's checked-input forward, so that torch.func.functional_call can map it."""
+
+    def __init__(self, model: ExactTransformer):
+        super().__init__()
+        self.m = model
+
+    def forward(self, tokens: torch.Tensor, n_positions: torch.Tensor, padded: bool, readout_only: bool):
+        logits = self.m.run(tokens, n_positions, padded, readout_only=readout_only)
+        return self.m.select_readout(logits, n_positions)
+
+
+class StackedRuns:
+    """R models of one configuration, computed together; ``params`` are what an optimizer updates."""
+
+    def __init__(self, models: Sequence[ExactTransformer]):
+        if not models:
+            raise ExactLensError("StackedRuns needs at least one model")
+        first = models[0].cfg.to_dict()
+        for model in models[1:]:
+            if model.cfg.to_dict() != first:
+                raise ExactLensError("stacked models must share one configuration (the same ExactConfig)")
+        self.models = list(models)
+        self._run = _Run(models[0])
+        tables = [dict(m.named_parameters()) for m in models]
+        self.params = {
+            name: torch.stack([t[name].detach() for t in tables]).requires_grad_(param.requires_grad)
+            for name, param in tables[0].items()
+        }
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    @property
+    def trainable(self) -> list[torch.Tensor]:
+        return [p for p in self.params.values() if p.requires_grad]
+
+    def readout(self, tokens: torch.Tensor, n_positions: torch.Tensor, readout_only: bool = True) -> torch.Tensor:
+        """Each run's readout on its own batch: tokens [R, B, pos] (right-padded), n_positions [R, B]
+        -> outputs [R, B, ...] (the shapes of ExactTransformer.readout)."""
+        runs = len(self.models)
+        if tokens.ndim != 3 or tokens.shape[0] != runs or n_positions.shape != tokens.shape[:2]:
+            raise ExactLensError(
+                f"stacked input must be tokens [R={runs}, batch, pos] and n_positions [R, batch], got "
+                f"{tuple(tokens.shape)} and {tuple(n_positions.shape)}"
+            )
+        base = self._run.m
+        _, padded = base._check_input(tokens.flatten(0, 1), n_positions.flatten())
+        weights = {f"m.{name}": value for name, value in self.params.items()}
+
+        def one(params: dict[str, torch.Tensor], t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+            return torch.func.functional_call(self._run, params, (t, n, padded, readout_only))
+
+        if runs == 1:  # one run: its parameters seen through the run axis, no mapping needed
+            return one({k: v[0] for k, v in weights.items()}, tokens[0], n_positions[0].long())[None]
+        return torch.vmap(one)(weights, tokens, n_positions.long())
+
+    @torch.no_grad()
+    def sync(self) -> None:
+        """Copy run r of every stacked parameter into models[r]."""
+        for r, model in enumerate(self.models):
+            for name, param in model.named_parameters():
+                param.copy_(self.params[name][r])
+
+    def train(self, mode: bool = True) -> StackedRuns:
+        for model in self.models:
+            model.train(mode)
+        return self
+
+    def set_fused(self, fused: bool) -> StackedRuns:
+        """Fused kernels in the mapped forward (ExactTransformer.set_fused)."""
+        self._run.m.set_fused(fused)
+        return self

@@ -1,0 +1,153 @@
+"""Report section for Shin & Matzinger 2025: Fig. 1-style heat maps and the pair-logic verdicts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from exactlens.papers.shin_matzinger import constructions as sm
+from exactlens.papers.shin_matzinger.pairlogic import VERDICT_RULE, analyse, category_qk, check_construction, consensus
+from exactlens.papers.shin_matzinger.task import make_q
+from exactlens.papers.shin_matzinger.training import PairTrainConfig, train_pairs
+from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, register_section, table
+
+# The paper's §4 settings (N = 10, M = 50, batch 1000, 50 LBFGS iterations); 3 seeds x 2 systems ~ 100 s.
+FULL = {"categories": 10, "positions": 50, "batch": 1000, "iterations": 50, "seeds": 3, "test_batch": 1000}
+PAPER = {"categories": 10, "positions": 50, "batch": 1000, "iterations": 50}
+QUICK = {"categories": 3, "positions": 6, "batch": 80, "iterations": 4, "seeds": 1, "test_batch": 80}
+
+
+def _heatmaps(path, panels: list[tuple[str, torch.Tensor]]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.0))
+    for ax, (title, matrix) in zip(axes, panels, strict=True):
+        image = ax.imshow(matrix.detach().double().numpy(), cmap="RdBu_r")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("query category t (X_i)" if "QK" in title else "category b (X_i)", fontsize=8)
+        ax.set_ylabel("key category s (X_(i-1))" if "QK" in title else "category a (X_(i-1))", fontsize=8)
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def shin_matzinger_sections(ctx: ReportContext) -> list[Section]:
+    if not ctx.covers(sm.PAPER):
+        return []
+    s: dict[str, Any] = QUICK if ctx.quick else FULL
+    parts = []
+    try:
+        t0 = time.perf_counter()
+        n, m = s["categories"], s["positions"]
+        options = {k: s[k] for k in ("categories", "positions", "batch", "iterations", "test_batch")}
+        exact = sm.build_solution2(make_q("normal", n, 0), m)
+        checks = []
+        for kind in ("normal", "code"):
+            q_check = make_q(kind, n, 0)
+            for build in (sm.build_solution1, sm.build_solution2, sm.build_solution3):
+                for dtype in ("float32", "float64"):
+                    c = check_construction(build(q_check, m, dtype=dtype), q_check, strings=s["batch"])
+                    checks.append(
+                        [
+                            build.__name__.replace("build_", "sm-"),
+                            kind,
+                            dtype,
+                            c["max_abs_error"],
+                            c["tolerance"],
+                            c["exact"],
+                        ]
+                    )
+        rows, learned2 = [], None
+        for system, flavour in (("solution2", "unconstrained"), ("combined", "unconstrained")):
+            verdicts = []
+            for seed in range(s["seeds"]):
+                run = train_pairs(PairTrainConfig(**options, system=system, flavour=flavour, seed=seed))
+                if system == "solution2" and seed == 0:
+                    learned2 = run
+                result = analyse(run.model, run.q_true, batch=s["batch"], seed=seed + 999)
+                a, g = result["ablations"], result["signatures"]
+                verdicts.append(result["verdict"])
+                rows.append(
+                    [
+                        f"{system}/{flavour}",
+                        seed,
+                        a["mse"],
+                        a["mse_without_attention"],
+                        a["mse_linear_ffn"],
+                        a["target_variance"],
+                        g["qk_category_q"],
+                        g["ov_category_q"],
+                        g["qk_position_shift"],
+                        result["verdict"],
+                    ]
+                )
+            rows.append([f"{system}/{flavour}", "consensus", "", "", "", "", "", "", "", consensus(verdicts)])
+        png = _heatmaps(
+            ctx.asset("figures", "shin_matzinger_fig1.png"),
+            [
+                ("q_true", learned2.q_true),
+                ("learned QK, system 2", category_qk(learned2.model)),
+                ("QK of sm-solution2", category_qk(exact)),
+            ],
+        )
+        data = ctx.write_json(
+            "shin_matzinger.json", {"settings": s, "checks": checks, "rows": rows, "verdict_rule": VERDICT_RULE}
+        )
+        parts += [
+            "<p>One-layer transformers for Y_i = q_true(X_(i-1), X_i) (Shin &amp; Matzinger 2025): softmax-free "
+            "attention, a normalization layer, two linear layers with a ReLU, trained with LBFGS on the MSE "
+            f"(N = {n} categories, M = {m} positions, batch {s['batch']}, {s['iterations']} iterations, "
+            f"{s['seeds']} seed(s); "
+            + (
+                "the paper's settings; the 10-seed grid of all flavours is in the README).</p>"
+                if all(s[k] == v for k, v in PAPER.items())
+                else "smaller than the paper's N = 10, M = 50, batch 1000, 50 iterations; the full-size numbers are "
+                "in the README).</p>"
+            ),
+            table(
+                ["construction", "q_true", "dtype", "max |error|", "tolerance", "exact"],
+                [[fmt(v) if isinstance(v, float) else v for v in row] for row in checks],
+                caption=f"Constructions vs q_true: every sequence of length <= 3 (when at most 2^16) and "
+                f"{s['batch']} random ones of length {m}",
+            ),
+            figure(
+                ctx,
+                png,
+                "Fig. 1 reproduction",
+                "Fig. 1: q_true, the category block of the learned bilinear "
+                "form of the system restricted to solution 2, and that of the exact construction sm-solution2",
+            ),
+            table(
+                [
+                    "model",
+                    "seed",
+                    "MSE",
+                    "no attention",
+                    "linear FFN",
+                    "variance",
+                    "QK~q",
+                    "OV~q",
+                    "QK~shift",
+                    "verdict",
+                ],
+                [[fmt(v) if isinstance(v, float) else v for v in row] for row in rows],
+                caption="Ablations, signatures (|correlation|) and verdicts",
+            ),
+            f"<p>Verdict rule: {esc(VERDICT_RULE)} (see exactlens.analysis.pairlogic). "
+            f'Data: <a href="{esc(data)}">{esc(data)}</a> ({time.perf_counter() - t0:.1f} s)</p>',
+        ]
+        progress(f"report: Shin & Matzinger section done ({time.perf_counter() - t0:.1f} s)")
+    except Exception as err:  # a failing section must not take the report down
+        parts.append(ctx.error("Shin & Matzinger", err))
+    return [Section("Shin & Matzinger: attention or FFN?", "shin-matzinger", "\n".join(parts))]
+
+
+def register_sections() -> None:
+    register_section("shin-matzinger", shin_matzinger_sections, order=600)

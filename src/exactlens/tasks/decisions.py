@@ -1,0 +1,88 @@
+"""Decision rules: how a model's outputs become the task's predictions.
+
+Every model is read by one rule with one signature, ``decide(outputs, n_positions)``. A model
+with a standard readout for its task's kind uses the kind's rule (:mod:`exactlens.tasks.kinds`).
+A construction whose outputs mean something else names its own rule in
+``ExactConfig.decision_rule`` (e.g. "accept iff |s| < 2^-n" for a signal that is 0 exactly on
+members, or an external zero check of several outputs); such rules are registered here by name,
+so a saved model keeps its rule and verify, diff and the report all read it the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from exactlens.errors import ExactLensError
+from exactlens.plugins import Registry
+from exactlens.tasks import kinds
+
+Decide = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(outputs, n_positions [B]) -> predictions."""
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    name: str
+    decide: Decide
+    margin: Decide | None = None  # distance of each word's outputs from the boundary (None: the kind's)
+    summary: str = ""
+    logits: bool = False  # the outputs are the kind's standard logits, so cross-entropy applies to them
+
+
+_RULES: dict[str, DecisionRule] = Registry()
+
+
+def register_decision_rule(rule: DecisionRule) -> DecisionRule:
+    """Make a rule available by name (ExactConfig.decision_rule)."""
+    existing = _RULES.peek(rule.name)
+    if existing is not None and existing != rule:
+        raise ExactLensError(f"a different decision rule named {rule.name!r} is already registered")
+    _RULES[rule.name] = rule
+    return rule
+
+
+def decision_rule(name: str) -> DecisionRule:
+    from exactlens.plugins import load_plugins
+
+    load_plugins()
+    if name not in _RULES:
+        known = ", ".join(sorted(_RULES)) or "none"
+        raise ExactLensError(f"unknown decision rule {name!r}; registered: {known} (a plug-in registers its own)")
+    return _RULES[name]
+
+
+def rule_names() -> list[str]:
+    from exactlens.plugins import load_plugins
+
+    load_plugins()
+    return sorted(_RULES)
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A task and the rule that reads one model's outputs for it."""
+
+    task: object  # exactlens.tasks.Task
+    rule: DecisionRule | None  # None: the kind's standard rule
+
+    def decide(self, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+        if self.rule is not None:
+            return self.rule.decide(outputs, n_positions)
+        return kinds.decide(self.task, outputs, n_positions)
+
+    def margin(self, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor | None:
+        if self.rule is not None and self.rule.margin is not None:
+            return self.rule.margin(outputs, n_positions)
+        return kinds.margin(self.task, outputs, n_positions)
+
+    @property
+    def has_logits(self) -> bool:
+        """Cross-entropy applies: the standard rule, or a rule over the kind's standard logits."""
+        return self.task.kind != "regression" and (self.rule is None or self.rule.logits)
+
+    @property
+    def name(self) -> str:
+        return self.rule.name if self.rule is not None else f"standard {self.task.kind}"

@@ -1,0 +1,291 @@
+"""The page framework of the offline HTML report (``exactlens report [NAME ...] --out DIR``).
+
+index.html is a list of :class:`Section`s. Each comes from a *section builder*, a function
+``(ReportContext) -> list[Section]`` registered with :func:`register_section` (the generic
+sections in exactlens.viz.sections, a paper's from its plug-in); the page shows them in the
+order of their ``order`` number. Builders write their assets next to the page through the
+context: attention/*.html (circuitsvis, JavaScript inlined), figures/*.png, data/*.json.
+Nothing is loaded from the network. Every text in the page is escaped with html.escape;
+progress goes to stderr. A builder that fails does not take the page down: its error is
+shown in the page and recorded in data/report.json.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from exactlens.constructions import get
+from exactlens.constructions import names as registered_names
+from exactlens.jsonio import dumps
+from exactlens.plugins import Registry
+
+# ---- sections and the context builders share ----------------------------------------
+
+
+@dataclass
+class Section:
+    """One part of the page: an anchor id, a title, and an HTML fragment (already escaped)."""
+
+    title: str
+    id: str
+    html: str
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """Settings of the generic sections (a paper's sections keep their own full/quick settings)."""
+
+    verify_lengths: tuple[int, ...]
+    verify_strings: int
+    precision_max_length: int
+    precision_strings: int
+    precision_points_per_decade: int
+    example_length: int
+
+
+FULL = ReportSettings(
+    verify_lengths=(1, 2, 3, 4, 8, 12, 16, 32, 64, 128),
+    verify_strings=256,
+    precision_max_length=1000,
+    precision_strings=4,
+    precision_points_per_decade=8,
+    example_length=8,
+)
+QUICK = ReportSettings(
+    verify_lengths=(1, 2, 4, 8, 16),
+    verify_strings=32,
+    precision_max_length=64,
+    precision_strings=4,
+    precision_points_per_decade=8,
+    example_length=8,
+)
+
+
+@dataclass
+class ReportContext:
+    out_dir: Path
+    names: list[str]
+    quick: bool
+    settings: ReportSettings
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    def asset(self, kind: str, filename: str) -> Path:
+        """out_dir/kind/filename, its folder created."""
+        folder = self.out_dir / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / filename
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.out_dir).as_posix()
+
+    def write_json(self, filename: str, obj: Any) -> str:
+        """Write data/filename (strict JSON: NaN and infinities become null); return its relative path."""
+        path = self.asset("data", filename)
+        path.write_text(dumps(obj, indent=1) + "\n", encoding="utf-8")
+        return self.rel(path)
+
+    def covers(self, paper_prefix: str) -> bool:
+        """Whether the report includes a construction of this paper (its ``paper`` starts with the prefix)."""
+        return any(get(n).paper.startswith(paper_prefix) for n in self.names)
+
+    def error(self, where: str, err: BaseException) -> str:
+        """Record an error (stderr, report.json) and return a visible HTML note."""
+        progress(f"report: {where} failed: {err}")
+        traceback.print_exception(err, file=sys.stderr)
+        self.errors.append({"where": where, "error": f"{type(err).__name__}: {err}"})
+        return f'<p class="error">{esc(where)} failed: {esc(type(err).__name__)}: {esc(str(err))}</p>'
+
+
+SectionBuilder = Callable[[ReportContext], list[Section]]
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---- small HTML helpers ------------------------------------------------------------
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """Numbers for tables: integers as is, small/large floats in exponent form."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+            return f"{value:.{digits - 1}e}"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], caption: str | None = None) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "\n".join("<tr>" + "".join(f"<td>{esc(fmt(v))}</td>" for v in row) + "</tr>" for row in rows)
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table>"
+
+
+def figure(ctx: ReportContext, path: Path, alt: str, caption: str) -> str:
+    return (
+        f'<figure><a href="{esc(ctx.rel(path))}"><img src="{esc(ctx.rel(path))}" alt="{esc(alt)}"></a>'
+        f"<figcaption>{esc(caption)}</figcaption></figure>"
+    )
+
+
+# ---- registered sections -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegisteredSection:
+    name: str
+    builder: SectionBuilder
+    order: int  # page position: generic sections 0-99, papers 100 and up
+
+
+SECTIONS: dict[str, RegisteredSection] = Registry()
+
+
+def register_section(name: str, builder: SectionBuilder, order: int = 500) -> SectionBuilder:
+    """Add a section builder to every report (exactlens's papers register theirs from their plug-ins)."""
+    existing = SECTIONS.peek(name)
+    if existing is not None and existing.builder is not builder:
+        raise ValueError(f"a different report section named {name!r} is already registered")
+    SECTIONS[name] = RegisteredSection(name, builder, order)
+    return builder
+
+
+def section_builders() -> list[SectionBuilder]:
+    """Every registered builder, in page order."""
+    return [s.builder for s in sorted(SECTIONS.values(), key=lambda s: (s.order, s.name))]
+
+
+# ---- the page --------------------------------------------------------------------
+
+CSS = """
+body { font-family: system-ui, -apple-system, sans-serif; margin: 0 auto; max-width: 1200px; padding: 1em 2em;
+       color: #222; line-height: 1.4; }
+h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; } h3 { margin-top: 1.2em; }
+nav ul { columns: 3; font-size: .9em; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .85em; }
+th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; }
+th { background: #f4f4f4; } td:nth-child(2) { text-align: left; }
+caption { text-align: left; font-weight: bold; }
+.side { display: flex; gap: 2em; flex-wrap: wrap; align-items: flex-start; }
+pre.doc { background: #f8f8f8; padding: .5em; white-space: pre-wrap; font-size: .85em; }
+code { background: #f3f3f3; padding: 0 .2em; }
+figure { margin: .5em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: .85em; color: #555; }
+iframe { width: 100%; height: 520px; border: 1px solid #ddd; }
+.error { color: #a00; font-weight: bold; } .paper { color: #555; } .data { font-size: .85em; color: #555; }
+"""
+
+
+def render_page(sections: Sequence[Section], title: str, footer: str) -> str:
+    nav = "".join(f'<li><a href="#{esc(s.id)}">{esc(s.title)}</a></li>' for s in sections)
+    body = "\n".join(f'<section id="{esc(s.id)}">\n<h2>{esc(s.title)}</h2>\n{s.html}\n</section>' for s in sections)
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        f"<h1>{esc(title)}</h1>\n<nav><ul>{nav}</ul></nav>\n{body}\n"
+        f'<footer><p class="data">{footer}</p></footer>\n</body>\n</html>\n'
+    )
+
+
+@contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """Run with ``count`` torch threads (None: leave the setting alone), restored afterwards."""
+    if count is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def build_report(
+    names: list[str] | None,
+    out_dir: str | Path,
+    quick: bool = False,
+    builders: Sequence[SectionBuilder] | None = None,
+    threads: int | None = 1,
+) -> Path:
+    """Write out_dir/index.html and its assets for the given constructions (default: all
+    registered); return the path of index.html.
+
+    ``threads``: torch threads while building (None: as set). The default is one: the
+    work is many small tensor operations, for which more threads cost more in
+    synchronization than they gain (on a shared two-core machine we measured 2 threads
+    3 to 10 times slower than 1).
+    """
+    with torch_threads(threads):
+        return _build_report(names, out_dir, quick, builders)
+
+
+def _build_report(
+    names: list[str] | None, out_dir: str | Path, quick: bool, builders: Sequence[SectionBuilder] | None
+) -> Path:
+    start = time.perf_counter()
+    selected = list(dict.fromkeys(names)) if names else registered_names()
+    for name in selected:
+        get(name)  # unknown names fail before any work
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = ReportContext(out_dir=out, names=selected, quick=quick, settings=QUICK if quick else FULL)
+    progress(f"report: {len(selected)} constructions -> {out / 'index.html'}{' (quick)' if quick else ''}")
+    sections: list[Section] = []
+    timings: dict[str, float] = {}
+    for builder in section_builders() if builders is None else builders:
+        t0 = time.perf_counter()
+        sections += builder(ctx)
+        timings[builder.__name__] = time.perf_counter() - t0
+    seconds = time.perf_counter() - start
+    ctx.write_json(
+        "report.json",
+        {
+            "constructions": selected,
+            "quick": quick,
+            "settings": asdict(ctx.settings),
+            "sections": [{"id": s.id, "title": s.title} for s in sections],
+            "timings": timings,
+            "seconds": seconds,
+            "errors": ctx.errors,
+        },
+    )
+    footer = (
+        f"exactlens report, {len(selected)} constructions, built in {seconds:.1f} s"
+        f"{' (quick settings)' if quick else ''}; "
+        + esc(", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+        + '. Data: <a href="data/report.json">data/report.json</a>.'
+    )
+    if ctx.errors:
+        footer += f' <span class="error">{len(ctx.errors)} error(s); see data/report.json.</span>'
+    index = out / "index.html"
+    index.write_text(render_page(sections, "exactlens report", footer), encoding="utf-8")
+    progress(f"report: done in {seconds:.1f} s")
+    return index
