@@ -26,25 +26,33 @@ from exactlens.errors import ExactLensError
 
 GROUP = "exactlens.plugins"
 
-_state = {"loaded": False, "loading": False}
+_state: dict = {"loaded": False, "loading": False, "failure": None}
 _loaded: list[str] = []
 
 
 def load_plugins() -> list[str]:
-    """Load every installed plug-in (once); return their entry-point names in load order."""
+    """Load every installed plug-in (once); return their entry-point names in load order.
+
+    A plug-in that fails makes this call and every later one raise the same error (naming it):
+    the plug-ins loaded before it stay loaded and are not run twice."""
+    if _state["failure"] is not None:
+        raise ExactLensError(_state["failure"])
     if _state["loaded"] or _state["loading"]:
         return list(_loaded)
     _state["loading"] = True
     try:
         for entry in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+            if entry.name in _loaded:
+                continue
             try:
                 register = entry.load()
                 register()
             except Exception as err:
-                raise ExactLensError(
+                _state["failure"] = (
                     f"the exactlens plug-in {entry.name!r} ({entry.value}) failed to load: "
                     f"{type(err).__name__}: {err}"
-                ) from err
+                )
+                raise ExactLensError(_state["failure"]) from err
             _loaded.append(entry.name)
         _state["loaded"] = True
     finally:

@@ -17,7 +17,8 @@ import torch
 
 from exactlens.analysis.diff import diff
 from exactlens.cli import main
-from exactlens.constructions import build
+from exactlens.analysis.verify import verify
+from exactlens.constructions import build, get
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 
@@ -220,3 +221,26 @@ def test_trained_scaled_first_matches_the_exact_head() -> None:
     assert pairs[(1, 0)] == (1, 0)
     longest = result["attention"]["cls_to_first"]["rows"][-1]
     assert longest["trained"][1][0] > 10 / (longest["length"] + 1)
+
+
+@pytest.mark.parametrize("name", sorted(__import__("exactlens.constructions", fromlist=["names"]).names()))
+def test_every_construction_against_itself_through_the_cli(name: str, capsys) -> None:
+    """`exactlens diff X --against X` works for every construction and task kind, and scores the
+    exact side with the decision rule verify uses (the same accuracy on exhaustive lengths)."""
+    assert main(["diff", name, "--against", name, "--lengths", "2,4,6", "--strings", "64", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["task"]["name"] == get(name).task_of().name
+    rows = result["behaviour"]["rows"]
+    assert [r["length"] for r in rows] == [2, 4, 6]
+    assert all(r["agreement"] == 1.0 for r in rows)
+    verified = {r["length"]: r for r in verify(name, [2, 4, 6], strings=64, exhaustive_limit=64)["results"]}
+    for row in rows:
+        if row["exhaustive"] and verified[row["length"]]["exhaustive"]:
+            assert row["exact_accuracy"] == verified[row["length"]]["accuracy"], row
+
+
+def test_models_of_different_tasks_are_refused_in_one_line(capsys) -> None:
+    assert main(["diff", "first", "--against", "majority", "--lengths", "2"]) != 0
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("exactlens: error:")]
+    assert len(errors) == 1 and "different tasks" in errors[0], errors
+    assert "task 'first' (membership)" in errors[0] and "task 'majority' (classification" in errors[0]

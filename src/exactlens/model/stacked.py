@@ -2,8 +2,9 @@
 
 Training several seeds (or settings that share an architecture) pays a step's fixed cost once:
 every parameter gets a leading run axis [R, ...], inputs are [R, batch, pos], and
-``torch.vmap`` maps :meth:`ExactTransformer.run` (the forward pass of every model, hooks and
-all) over the run axis, so each kernel is launched once for all runs. Runs share no parameter
+``torch.vmap`` maps :meth:`ExactTransformer.run` (the forward pass of every model) over the run
+axis, so each kernel is launched once for all runs. The mapped module is ``models[0]``: a hook
+added to it applies to every run (hooks on the other models are not called). Runs share no parameter
 and no gradient (a loss that sums per-run losses gives each run its own gradient), so this is
 R independent models computed together. There is no second implementation of the model here:
 whatever the model computes, the stacked runs compute (tests compare them for every

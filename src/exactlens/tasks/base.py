@@ -22,6 +22,7 @@ one signature ``(outputs, n_positions)`` everywhere.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,7 +78,7 @@ class Task:
         return isinstance(other, Task) and self.spec() == other.spec()
 
     def __hash__(self) -> int:
-        return hash((self.name, tuple(sorted(self.params.items()))))
+        return hash((self.name, json.dumps(self.params, sort_keys=True, default=str)))
 
     # ---- vocabulary and tokenization ------------------------------------------------------
 

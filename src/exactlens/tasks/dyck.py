@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from exactlens.errors import ExactLensError
-from exactlens.tasks.base import Task, check_length
+from exactlens.tasks.base import Task, check_count, check_length
 from exactlens.tasks.variables import CausalVariable
 
 BRACKETS = ("()", "[]", "{}", "<>")
@@ -181,6 +181,7 @@ class Dyck(Task):
 
     def sample(self, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
         check_length(length, self.name, min_length=0)
+        check_count(count, self.name)
         words = torch.randint(0, len(self.alphabet), (count, length), generator=generator)
         if length == 0 or length % 2 or count == 0:
             return words  # odd lengths have no members: uniform words

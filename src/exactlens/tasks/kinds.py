@@ -231,9 +231,22 @@ def score(
                 f"of shape {_shape(targets)}"
             )
         return Scores(predictions == targets.to(predictions.dtype), None, None, None)
-    width = min(predictions.shape[1], targets.shape[1])
-    predictions, targets = predictions[:, :width], targets[:, :width]
+    if predictions.ndim != 2 or targets.ndim != 2 or predictions.shape[0] != targets.shape[0]:
+        raise ExactLensError(
+            f"task {task.name!r}: per-position predictions and targets must be [batch, positions] of one "
+            f"batch, got {_shape(predictions)} and {_shape(targets)}"
+        )
+    width = targets.shape[1]
     valid = valid_targets(task, n_positions, width)
+    if predictions.shape[1] < width:  # narrower predictions: only padding may be missing
+        if valid[:, predictions.shape[1]:].any():
+            raise ExactLensError(
+                f"task {task.name!r}: predictions cover {predictions.shape[1]} positions but the targets "
+                f"have answers at up to {width}"
+            )
+        width = predictions.shape[1]
+        targets, valid = targets[:, :width], valid[:, :width]
+    predictions = predictions[:, :width]
     if kind == "prediction":
         right = predictions == targets.long()
         squared = None

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from exactlens.errors import ExactLensError
-from exactlens.tasks.base import Task, check_int, check_length
+from exactlens.tasks.base import Task, check_count, check_int, check_length
 from exactlens.tasks.variables import CausalVariable
 
 MAX_CLASSES = 26  # one letter per class
@@ -87,8 +87,7 @@ class Majority(Task):
     def sample(self, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
         """Uniform random words; tied words are rejected and redrawn unless allow_ties."""
         self.check_length(length)
-        if not isinstance(count, int) or count < 0:
-            raise ExactLensError(f"majority: count must be an integer >= 0, got {count!r}")
+        check_count(count, self.name)
         words = torch.randint(0, self.num_classes, (count, length), generator=generator)
         if self.allow_ties or count == 0:
             return words

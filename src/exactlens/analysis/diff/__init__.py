@@ -107,7 +107,8 @@ def diff(
     if hasattr(model, "eval"):
         model.eval()
     what = info.get("name") or info.get("path") or "the trained model"
-    against_name = f"{construction.name} ({task!r})"
+    against_name = construction.name
+    reader = trained_reader(model, task, what, against_name)  # different tasks: refused before anything else
     info.update(describe(model))
     info.update(check_vocab(model, task, what, against_name))
     exact = make_side(
@@ -117,7 +118,7 @@ def diff(
         exact_model.cfg.readout_position,
         True,
     )
-    side = make_side(model, info, trained_reader(model, task, what, against_name), exact.readout_position, False)
+    side = make_side(model, info, reader, exact.readout_position, False)
     used, skipped = usable_lengths(lengths, construction, task, side, exact)
     labels = [exact_model.residual_label(i) for i in range(exact.d_model)]
     runs = run_both(task, used, strings, seed, side, exact)

@@ -46,6 +46,7 @@ from exactlens.data.stdlib_docs import STDLIB_MODULES, CharCorpus, char_corpus
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.tasks import Task
+from exactlens.tasks.base import check_count
 from exactlens.tasks.variables import CausalVariable
 from exactlens.train import Preset, fit
 
@@ -107,6 +108,7 @@ class CharTask(Task):
 
     def target(self, word) -> list:
         symbols = [self.alphabet.index(s) for s in self.symbols_of(word)]
+        self.check_length(len(symbols))
         return symbols[1:] + [None]
 
     def targets(self, symbol_ids: torch.Tensor) -> torch.Tensor:
@@ -125,9 +127,13 @@ class CharTask(Task):
         return ids[starts.unsqueeze(1) + torch.arange(length).unsqueeze(0)]
 
     def sample(self, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
+        self.check_length(length)
+        check_count(count, self.name)
         return self._windows(self.corpus.train_ids, length, count, generator)
 
     def sample_held_out(self, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
+        self.check_length(length)
+        check_count(count, self.name)
         return self._windows(self.corpus.validation_ids, length, count, generator)
 
     def variables(self) -> list[CausalVariable]:

@@ -147,6 +147,7 @@ class Pairs(Task):
     def target(self, word) -> list:
         """[None, q(X_1, X_2), q(X_2, X_3), ...] for one word (plain Python)."""
         cats = [int(s) for s in self.symbols_of(word)]
+        self.check_length(len(cats))
         return [None] + [float(self.q_true[a, b]) for a, b in zip(cats, cats[1:], strict=False)]
 
     def targets(self, symbol_ids: torch.Tensor) -> torch.Tensor:
