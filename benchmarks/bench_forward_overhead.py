@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
+from exactlens import tasks
 from exactlens.constructions import build
-from exactlens.languages import get as get_language
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.model.positional import sinusoidal_features
 
@@ -166,8 +166,9 @@ def cases(quick: bool) -> list[Case]:
             out.append(Case(f"{norm}-LN seq {length}", model, tokens))
     parity = build("parity")
     batch = 8 if quick else 32
-    ids = get_language("parity").sample(1000, batch, gen)
-    out.append(Case(f"parity n=1001 (b={batch})", parity, get_language("parity").encode(ids).tokens))
+    task = tasks.of_model(parity)
+    ids = task.sample(1000, batch, gen)
+    out.append(Case(f"parity n=1001 (b={batch})", parity, task.encode(ids).tokens))
     return out
 
 

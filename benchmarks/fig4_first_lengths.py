@@ -119,7 +119,7 @@ def main() -> None:
         f"\nFIRST, tested at |w| = 1000: final test accuracy over {args.runs} runs x {args.epochs} epochs "
         f"(wall {wall:.0f} s, {args.workers} workers, load average now {os.getloadavg()})"
     )
-    print("| attention | train |w| | mean | std | min | max | reference (authors, 20 runs) |")
+    print("| attention | train \\|w\\| | mean | std | min | max | reference (authors, 20 runs) |")
     print("|---|---|---|---|---|---|---|")
     table = []
     for scaled in (False, True):

@@ -20,9 +20,9 @@ import time
 
 import torch
 
+from exactlens import tasks
 from exactlens.analysis.verify import evaluate_words, precision
-from exactlens.constructions import build, get
-from exactlens.languages import get as get_language
+from exactlens.constructions import build
 
 
 def main() -> None:
@@ -64,14 +64,14 @@ def main() -> None:
         ("float64", length) for length in args.robust_float64_lengths
     ]
     models = {}
-    lang = get_language("palindrome")
+    lang = tasks.get("palindrome")
     for dtype, length in spots:
         start = time.perf_counter()
         model = models.setdefault(dtype, build("palindrome-robust", dtype=dtype))
         gen = torch.Generator().manual_seed(length)
         ids = torch.cat([lang.sample(length, args.robust_strings, gen), lang.hard_words(length)[::4]])
         row = {"name": "palindrome-robust", "dtype": dtype, "length": length}
-        row.update(evaluate_words(get("palindrome-robust"), model, ids))
+        row.update(evaluate_words(tasks.reader(model), model, ids))
         row["margin_1_over_2n"] = 0.5 / (length + 2)
         row["seconds"] = round(time.perf_counter() - start, 1)
         print(

@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from exactlens import tasks
 from exactlens.analysis.verify import evaluate_words
 from exactlens.constructions import get
 
@@ -30,7 +31,7 @@ def main() -> None:
         model = construction.make(dtype=args.dtype)
         for length in (int(x) for x in args.lengths.split(",")):
             start = time.perf_counter()
-            row = evaluate_words(construction, model, construction.lang().hard_words(length))
+            row = evaluate_words(tasks.reader(model), model, construction.task_of().hard_words(length))
             n = length + 1
             closed = 2 * torch.tanh(torch.tensor(1.0)).item() / n**2  # §3.2, even n; Appendix A is close for odd n
             print(f"{name:14s} {args.dtype:8s} {length:6d} {row['errors']:7d} {row['strings']:6d} "

@@ -108,3 +108,17 @@ class Registry(dict):
     def items(self):
         self._load()
         return super().items()
+
+    def copy(self) -> dict:
+        self._load()
+        return dict(super().items())
+
+    def __repr__(self) -> str:
+        self._load()
+        return super().__repr__()
+
+    def __eq__(self, other) -> bool:
+        self._load()
+        return super().__eq__(other)
+
+    __hash__ = None

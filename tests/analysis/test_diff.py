@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from exactlens.analysis.diff import diff
-from exactlens.cli import main
 from exactlens.analysis.verify import verify
+from exactlens.cli import main
 from exactlens.constructions import build, get
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer

@@ -135,7 +135,9 @@ def test_checkpoint_reloads_to_identical_outputs_and_history_schema(tmp_path):
     assert len(records) == TINY["epochs"]
     for rec in records:
         # the generic fields, the kind's (none for membership), the preset's metric, the evaluation flag
-        assert set(rec) == {*HISTORY_FIELDS, *KIND_FIELDS["membership"], "test_attn_first", "test_evaluated"}
+        assert set(rec) == {*HISTORY_FIELDS, *KIND_FIELDS["membership"], "test_attn_first", "test_query_angle_deg",
+                            "test_evaluated"}
+        assert rec["test_query_angle_deg"] is None  # kept null for readers of older records
         assert rec["strings_seen"] == 100 * rec["epoch"] and rec["step"] == rec["epoch"]
         evaluated = rec["epoch"] % 2 == 0 or rec["epoch"] == TINY["epochs"]
         assert rec["test_evaluated"] == evaluated and (rec["test_accuracy"] is not None) == evaluated
@@ -163,7 +165,7 @@ def test_majority_preset_records_the_query_angle():
     cfg = run.model.cfg
     assert (cfg.n_layers, cfg.d_model, cfg.d_vocab_out, cfg.normalization, cfg.d_mlp) == (1, 8, 20, "pre", 0)
     final = run.final
-    assert 0 <= final["test_query_angle_deg"] <= 90 and "test_attn_first" not in final
+    assert 0 <= final["test_query_angle_deg"] <= 90 and final["test_attn_first"] is None
     assert run.info["task_spec"]["kind"] == "classification"
     assert run.history[0]["lr"] > run.history[-1]["lr"]  # linear schedule
     scale_only = train("majority", seed=0, epochs=1, strings_per_epoch=8, test_strings=8, layer_norm="scale_only")
@@ -183,7 +185,7 @@ def test_majority_preset_records_the_query_angle():
         (dict(train_length="10"), "train_length"),
         (dict(layer_norm="both"), "layer_norm"),
         (dict(positions="first"), "positions"),
-        (dict(num_classes=3), r"unknown training options \['num_classes'\] for 'first'"),
+        (dict(num_classes=3), r"preset 'first' has no option 'num_classes' \(it accepts only None\)"),
         (dict(learning_rate=1e-3), "unknown training options"),
     ],
 )

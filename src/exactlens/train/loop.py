@@ -352,7 +352,8 @@ def fit(
 
 def _record(spec: TrainSpec, evaluated: bool, **values: Any) -> dict[str, Any]:
     """A history record with every field of the kind and the metrics (null where not measured)."""
-    fields = HISTORY_FIELDS[:-1] + KIND_FIELDS[spec.task.kind] + tuple(f for m in spec.metrics for f in m.fields)
+    metric_fields = tuple(f for m in spec.metrics for f in m.fields) + spec.null_fields
+    fields = HISTORY_FIELDS[:-1] + KIND_FIELDS[spec.task.kind] + metric_fields
     record = {name: values.get(name) for name in fields}
     record["test_evaluated"] = evaluated
     return record

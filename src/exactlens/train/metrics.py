@@ -25,3 +25,20 @@ class Metric:
     hooks: NamesFilter
     compute: Callable[[Any, Any, dict[str, torch.Tensor]], dict[str, float]]  # (model, batch, cache) -> sums
     description: str = ""
+
+
+def _attention_to_first(model: Any, batch: Any, cache: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Attention weight of the query at position 0 ([CLS]) on position 1 (the first symbol), summed
+    over layers and averaged over heads; summed over the words of the batch."""
+    if batch.tokens.shape[1] < 2:
+        return {"test_attn_first": 0.0}
+    total = sum(float(p[:, :, 0, 1].mean(1).sum()) for name, p in cache.items() if name.endswith("hook_pattern"))
+    return {"test_attn_first": total}
+
+
+ATTENTION_TO_FIRST = Metric(
+    ("test_attn_first",),
+    lambda name: name.endswith("attn.hook_pattern"),
+    _attention_to_first,
+    "[CLS]'s attention to the first symbol, summed over layers, mean over heads (Chiang & Cholak Fig. 4)",
+)

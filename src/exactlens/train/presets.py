@@ -50,7 +50,16 @@ OPTION_DOCS: dict[str, str] = {
     "d_mlp": "FFN hidden width",
     "ln_eps": "layer-norm epsilon",
     "threads": "torch threads during training (None = leave as is)",
+    "scaled": "attention scores times log n in every layer (the length-dependent scaling of Chiang & Cholak eq. 2)",
+    "layer_norm": "'full' (layer norm where the preset puts it), 'scale_only' (no centering: ln_center=False) "
+    "or 'none'",
+    "positions": "positional features: 'paper' (the preset's own) or an alternative the preset offers",
+    "num_classes": "number of classes of a classification preset (None: the task's default)",
 }
+
+# Options every preset accepted before presets had their own (older scripts pass them): a preset that
+# does not use one accepts only this value, and run.json lists them all.
+SHARED_OPTIONS: dict[str, Any] = {"scaled": False, "layer_norm": "full", "positions": "paper", "num_classes": None}
 
 GENERIC_DEFAULTS: dict[str, Any] = {
     "batch_size": None,
@@ -82,6 +91,7 @@ class Preset:
     prepare: Callable[[ExactTransformer, Options], None] | None = None  # after initialization
     masks: Callable[[ExactTransformer, Options], dict[str, torch.Tensor | bool]] | None = None
     penalty: Callable[[dict[str, torch.Tensor], Options], torch.Tensor] | None = None  # per run [R]
+    null_fields: tuple[str, ...] = ()  # history fields always null (kept for readers of older records)
 
     def task_of(self, options: Options) -> tasks.Task:
         return tasks.get(self.task, **(self.task_params(options) if self.task_params else {}))
@@ -94,7 +104,13 @@ class Preset:
             raise ExactLensError(
                 f"unknown training options {unknown} for {self.name!r}; allowed: {', '.join(sorted(allowed))}"
             )
-        resolved = {**GENERIC_DEFAULTS, **self.defaults, **options}
+        resolved = {**GENERIC_DEFAULTS, **SHARED_OPTIONS, **self.defaults, **options}
+        for key, value in SHARED_OPTIONS.items():
+            if key not in self.options and resolved[key] != value:
+                raise ExactLensError(
+                    f"preset {self.name!r} has no option {key!r} (it accepts only {value!r}); its own options: "
+                    f"{', '.join(sorted(self.options)) or 'none'}"
+                )
         missing = sorted(n for n in ("epochs", "strings_per_epoch", "test_strings", "lr", "d_model", "d_mlp",
                                      "train_length", "test_length") if n not in resolved)
         if missing:
@@ -115,7 +131,7 @@ class Preset:
         config.metadata.setdefault("paper", self.paper)
         config.task = task.spec()
         return TrainSpec(self.name, self.paper, task, config, opts, self.metrics, self.prepare, self.masks,
-                         self.penalty)
+                         self.penalty, self.null_fields)
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,7 @@ class TrainSpec:
     prepare: Callable[[ExactTransformer, Options], None] | None = None
     masks: Callable[[ExactTransformer, Options], dict[str, torch.Tensor | bool]] | None = None
     penalty: Callable[[dict[str, torch.Tensor], Options], torch.Tensor] | None = None
+    null_fields: tuple[str, ...] = ()
 
 
 PRESETS: dict[str, Preset] = Registry()

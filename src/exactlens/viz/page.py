@@ -80,6 +80,11 @@ class ReportContext:
     quick: bool
     settings: ReportSettings
     errors: list[dict[str, str]] = field(default_factory=list)
+    section_settings: dict[str, Any] = field(default_factory=dict)  # a section's own, for report.json
+
+    def record_settings(self, **settings: Any) -> None:
+        """Settings a section ran with (report.json "settings" lists them next to the generic ones)."""
+        self.section_settings.update(settings)
 
     def asset(self, kind: str, filename: str) -> Path:
         """out_dir/kind/filename, its folder created."""
@@ -270,7 +275,7 @@ def _build_report(
         {
             "constructions": selected,
             "quick": quick,
-            "settings": asdict(ctx.settings),
+            "settings": {**asdict(ctx.settings), **ctx.section_settings},
             "sections": [{"id": s.id, "title": s.title} for s in sections],
             "timings": timings,
             "seconds": seconds,

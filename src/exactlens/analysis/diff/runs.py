@@ -169,7 +169,8 @@ def describe(model: Any) -> dict[str, Any]:
     if isinstance(model, ExactTransformer):
         out.update(
             dtype=cfg.dtype,
-            normalization=list(cfg.per_layer("normalization")),
+            normalization=cfg.normalization if isinstance(cfg.normalization, str) else list(cfg.normalization),
+            normalization_per_layer=list(cfg.per_layer("normalization")),
             d_mlp=cfg.d_mlp,
             attn_length_scale=list(cfg.per_layer("attn_length_scale")),
             attention_weighting=list(cfg.per_layer("attention_weighting")),

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from exactlens.train.metrics import Metric
+from exactlens.train.metrics import ATTENTION_TO_FIRST
 from exactlens.train.presets import (
     ARCHITECTURE_OPTIONS,
     Preset,
@@ -36,23 +34,6 @@ CHIANG_DEFAULTS: dict[str, Any] = dict(
 )
 
 
-def _attention_to_first(model: Any, batch: Any, cache: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Fig. 4 (bottom): CLS's attention weight on position 1, summed over layers, averaged over heads;
-    summed over the words of the batch."""
-    if batch.tokens.shape[1] < 2:
-        return {"test_attn_first": 0.0}
-    total = sum(float(p[:, :, 0, 1].mean(1).sum()) for name, p in cache.items() if name.endswith("hook_pattern"))
-    return {"test_attn_first": total}
-
-
-ATTENTION_TO_FIRST = Metric(
-    ("test_attn_first",),
-    lambda name: name.endswith("attn.hook_pattern"),
-    _attention_to_first,
-    "CLS's attention to position 1, summed over layers, mean over heads (Chiang & Cholak Fig. 4)",
-)
-
-
 def _shape(layers: int, heads: int, positions: tuple[str, ...]):
     def config(task, o):
         return comparable_config(task, o, name=task.name, n_layers=layers, n_heads=heads, positional_features=positions)
@@ -70,6 +51,7 @@ FIRST = Preset(
     options=ARCHITECTURE_OPTIONS,
     validate=check_architecture_options,
     metrics=(ATTENTION_TO_FIRST,),
+    null_fields=("test_query_angle_deg",),  # every record had it before metrics were per preset
 )
 
 PARITY = Preset(
@@ -82,6 +64,7 @@ PARITY = Preset(
     options=ARCHITECTURE_OPTIONS,
     validate=check_architecture_options,
     metrics=(ATTENTION_TO_FIRST,),
+    null_fields=("test_query_angle_deg",),  # every record had it before metrics were per preset
 )
 
 

@@ -41,6 +41,7 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
     if not ctx.covers(PAPER):
         return []
     settings = QUICK if ctx.quick else FULL
+    ctx.record_settings(fig2=settings["fig2"], fig3=settings["fig3"])
     parts = []
     try:
         t0 = time.perf_counter()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from exactlens.errors import ExactLensError
+from exactlens.train.metrics import ATTENTION_TO_FIRST
 from exactlens.train.presets import (
     ARCHITECTURE_OPTIONS,
     Preset,
@@ -43,6 +44,8 @@ ONE = Preset(
     ),
     options={**ARCHITECTURE_OPTIONS, "positions": "'paper' (the exact solution's i/n) or 'first' (FIRST's I[i=1])"},
     validate=_validate,
+    metrics=(ATTENTION_TO_FIRST,),
+    null_fields=("test_query_angle_deg",),  # every record had it before metrics were per preset
 )
 
 
