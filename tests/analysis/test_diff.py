@@ -15,13 +15,14 @@ import math
 import pytest
 import torch
 
-from exactlens.analysis.diff import diff
+from exactlens.analysis.diff import PARTS, diff
 from exactlens.analysis.verify import verify
 from exactlens.cli import main
 from exactlens.constructions import build, get
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 
+NO_DAS = tuple(p for p in PARTS if p != "alignment")  # DAS has its own tests (test_alignment.py)
 LENGTHS = [1, 2, 3, 4, 6, 8]
 
 
@@ -70,7 +71,7 @@ def assert_perfect(result: dict) -> None:
 
 @pytest.mark.parametrize("name", ["first", "parity"])
 def test_exact_against_itself(name: str) -> None:
-    result = diff(build(name, dtype="float64"), name, lengths=LENGTHS, strings=32)
+    result = diff(build(name, dtype="float64"), name, lengths=LENGTHS, strings=32, parts=NO_DAS)
     assert_perfect(result)
     json.dumps(result, allow_nan=False)
 
@@ -80,13 +81,13 @@ def test_rotated_residual_basis_is_invisible(name: str) -> None:
     model = rotated_copy(build(name, dtype="float64"), seed=3)
     x = torch.tensor([[2, 1, 0, 1]])
     assert torch.allclose(model(x), build(name, dtype="float64")(x), atol=1e-12)  # the copy is the same function
-    assert_perfect(diff(model, name, lengths=LENGTHS, strings=32))
+    assert_perfect(diff(model, name, lengths=LENGTHS, strings=32, parts=NO_DAS))
 
 
 def test_random_model_scores_low() -> None:
     exact = build("parity", dtype="float64")
     model = ExactTransformer(exact.cfg.replace(residual_labels=None)).init_weights(seed=1).eval()
-    result = diff(model, "parity", lengths=LENGTHS, strings=32)
+    result = diff(model, "parity", lengths=LENGTHS, strings=32, parts=NO_DAS)
     assert result["behaviour"]["agreement"] < 0.8
     computed = {f["label"]: f["best_r2"] for f in result["probes"]["features"]}
     assert computed["s"] < 0.5 and computed["I[i=k]/n"] < 0.5  # the circuit's own features are absent
@@ -99,7 +100,7 @@ def test_flawed_first_against_first_section_5_2() -> None:
     the flawed head and in FIRST's second-layer head, 1/n in FIRST's first layer (W^Q = W^K = 0);
     the flawed model is right iff c > log|w|, i.e. |w| <= 20 for c = 3 (§5.2)."""
     lengths = [2, 8, 20, 21, 30]
-    result = diff(build("first-flawed", dtype="float64", c=3.0), "first", lengths=lengths, strings=64)
+    result = diff(build("first-flawed", dtype="float64", c=3.0), "first", lengths=lengths, strings=64, parts=NO_DAS)
     rows = {r["length"]: r for r in result["attention"]["cls_to_first"]["rows"]}
     for length in lengths:
         n = length + 1
@@ -212,7 +213,7 @@ def test_trained_scaled_first_matches_the_exact_head() -> None:
         lr=1e-3,
         scaled=True,
     )
-    result = diff(run.model, "first-log", lengths=[2, 8, 32, 128], strings=32)
+    result = diff(run.model, "first-log", lengths=[2, 8, 32, 128], strings=32, parts=NO_DAS)
     assert result["behaviour"]["trained_accuracy"] == 1.0
     pairs = {
         (m["trained_layer"], m["trained_head"]): (m["exact_layer"], m["exact_head"])
@@ -227,7 +228,8 @@ def test_trained_scaled_first_matches_the_exact_head() -> None:
 def test_every_construction_against_itself_through_the_cli(name: str, capsys) -> None:
     """`exactlens diff X --against X` works for every construction and task kind, and scores the
     exact side with the decision rule verify uses (the same accuracy on exhaustive lengths)."""
-    assert main(["diff", name, "--against", name, "--lengths", "2,4,6", "--strings", "64", "--json"]) == 0
+    assert main(["diff", name, "--against", name, "--lengths", "2,4,6", "--strings", "64", "--json",
+                 "--parts", ",".join(NO_DAS)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["task"]["name"] == get(name).task_of().name
     rows = result["behaviour"]["rows"]
@@ -244,3 +246,18 @@ def test_models_of_different_tasks_are_refused_in_one_line(capsys) -> None:
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("exactlens: error:")]
     assert len(errors) == 1 and "different tasks" in errors[0], errors
     assert "task 'first' (membership)" in errors[0] and "task 'majority' (classification" in errors[0]
+
+
+@pytest.mark.parametrize("name", ["first", "majority", "induction-recent", "sm-solution2", "palindrome-hash"])
+def test_alignment_runs_for_every_task_kind(name: str, capsys) -> None:
+    """DAS runs on every kind (membership, classification, prediction, regression) and on mixed
+    normalization with hard attention; tiny settings: this checks the plumbing, not the scores."""
+    assert main(["diff", name, "--against", name, "--lengths", "4,5", "--strings", "16", "--json", "--parts",
+                 "alignment", "--das-max-dim", "1", "--das-steps", "5", "--alignment-pairs", "10",
+                 "--no-untrained-baseline"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = result["alignment"]
+    assert rows, result["alignment_details"]["skipped"]
+    for row in rows:
+        assert 0 <= row["iia"] <= 1 and row["dim"] == 1 and row["pairs"] > 0, row
+    assert "mean_das_iia_changed" in result["summary"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from exactlens.analysis.diff import diff
+from exactlens.analysis.diff import PARTS, diff
 from exactlens.analysis.verify import parse_lengths
 from exactlens.cli.common import emit, parse_params, progress
 from exactlens.cli.registry import Verb, register_verb
@@ -55,6 +55,13 @@ def format_diff_text(result: dict[str, Any]) -> str:
                 f"  intervention {f['label']} at {f['trained_site']}: IIA {_num(f['iia'])}, "
                 f"on changed pairs {_num(f['iia_changed'])}"
             )
+    if "alignment" in result:
+        lines.append("  DAS: variable              best site (positions, dim)             "
+                     "IIA changed  random  untrained")
+        for b in result["alignment_details"].get("best", []):
+            where = f"{b['site']} ({b['position']}, {b['dim']})"
+            lines.append(f"  {b['origin'] + ':' + b['variable']:26s} {where:38s} {_num(b['iia_changed']):>11s}  "
+                         f"{_num(b['random_iia_changed']):>6s}  {_num(b['untrained_iia_changed']):>9s}")
     return "\n".join(lines)
 
 
@@ -69,11 +76,22 @@ def run(args: argparse.Namespace) -> None:
         strings=args.strings,
         seed=args.seed,
         quiet=False,
+        parts=_parts(args.parts),
+        das_max_dim=args.das_max_dim,
+        das_steps=args.das_steps,
+        alignment_pairs=args.alignment_pairs,
+        untrained_baseline=not args.no_untrained_baseline,
     )
     if args.html:
         path = write_diff_page(result, args.html, trained=args.target)
         progress(f"diff: wrote {path}")
     emit(result, args.json, format_diff_text(result))
+
+
+def _parts(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return PARTS
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -85,6 +103,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--strings", type=int, default=64, help="words per length (all words where there are fewer)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--parts", default=None, help=f"comma-separated parts (default: all of {','.join(PARTS)})")
+    p.add_argument("--das-max-dim", type=int, default=3, help="largest subspace dimension DAS tries (default 3)")
+    p.add_argument("--das-steps", type=int, default=80, help="Adam steps per DAS fit group (default 80)")
+    p.add_argument("--alignment-pairs", type=int, default=64, help="DAS (base, source) pairs per length (default 64)")
+    p.add_argument("--no-untrained-baseline", action="store_true",
+                   help="skip the DAS baseline fitted on an untrained model of the same shape")
     p.add_argument(
         "--html",
         default=None,
@@ -96,5 +120,5 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 register_verb(Verb(
     "diff", "compare a trained model with an exact construction (behaviour, probes, attention, weights, "
-    "interventions)", arguments, run, description=__doc__.split("\n\n")[0], order=50,
+    "interventions, DAS alignment)", arguments, run, description=__doc__.split("\n\n")[0], order=50,
 ))

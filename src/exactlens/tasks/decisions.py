@@ -30,6 +30,7 @@ class DecisionRule:
     margin: Decide | None = None  # distance of each word's outputs from the boundary (None: the kind's)
     summary: str = ""
     logits: bool = False  # the outputs are the kind's standard logits, so cross-entropy applies to them
+    evidence: Decide | None = None  # differentiable standard-kind outputs whose standard decision is this rule's
 
 
 _RULES: dict[str, DecisionRule] = Registry()
@@ -77,6 +78,16 @@ class Reader:
         if self.rule is not None and self.rule.margin is not None:
             return self.rule.margin(outputs, n_positions)
         return kinds.margin(self.task, outputs, n_positions)
+
+    def evidence(self, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor | None:
+        """Outputs in the kind's standard form whose standard decision is this reader's (differentiable,
+        for fitting by the kind's loss): the outputs themselves, a rule's ``evidence``, or None when
+        the rule gives none."""
+        if self.rule is None:
+            return outputs
+        if self.rule.evidence is not None:
+            return self.rule.evidence(outputs, n_positions)
+        return outputs if self.rule.logits else None
 
     @property
     def has_logits(self) -> bool:

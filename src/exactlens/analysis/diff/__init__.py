@@ -13,8 +13,13 @@ task's kind, depth, width, head count, normalization or attention weighting of e
   and the attention from the readout position to the first symbol (:mod:`.attention`).
 * ``weights``: QK and OV circuits of matched heads compared after mapping the trained residual
   basis onto the exact one; singular-value spectra (:mod:`.weights`).
-* ``interventions``: interchange interventions on the subspace that carries each feature, scored
+* ``interventions``: interchange interventions along the probe direction of each feature, scored
   against what the exact circuit does under the same intervention (:mod:`.interventions`).
+* ``alignment``: distributed alignment search: for every causal variable of the task and every
+  computed residual label of the exact circuit, at every site and position set of the trained
+  model, a learned subspace whose interchange gives the counterfactual answer; interchange-
+  intervention accuracy on held-out pairs beside a random subspace and an untrained model
+  (:mod:`.alignment`).
 
 The trained side is an :class:`~exactlens.model.ExactTransformer`, a checkpoint directory, a
 construction name (two constructions of one task, e.g. palindrome vs palindrome-hash), or any
@@ -35,6 +40,7 @@ import numpy as np
 import torch
 
 from exactlens import tasks
+from exactlens.analysis.diff.alignment import Settings, alignment_table, untrained_copy
 from exactlens.analysis.diff.attention import attention_diff
 from exactlens.analysis.diff.behaviour import behaviour_table
 from exactlens.analysis.diff.interventions import intervention_table
@@ -54,7 +60,7 @@ from exactlens.constructions.registry import get
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import jsonable
 
-PARTS = ("behaviour", "probes", "attention", "weights", "interventions")
+PARTS = ("behaviour", "probes", "attention", "weights", "interventions", "alignment")
 
 __all__ = ["DEFAULT_LENGTHS", "PARTS", "diff", "resolve_trained"]
 
@@ -82,13 +88,19 @@ def diff(
     intervention_pairs: int = 64,
     parts: Sequence[str] = PARTS,
     quiet: bool = True,
+    das_max_dim: int = 3,
+    das_steps: int = 80,
+    alignment_pairs: int = 64,
+    untrained_baseline: bool = True,
 ) -> dict[str, Any]:
     """Compare ``trained`` with the construction ``against`` (built with ``params``) on the same words.
 
     ``lengths``: word lengths |w| (default :data:`DEFAULT_LENGTHS`, keeping those both models accept;
     given explicitly, an unusable length is an error). ``strings`` random words per length plus the
     task's hard words (every word when there are at most ``strings``). ``parts`` selects the
-    comparisons. Returns a JSON-ready dict with the fields documented in the README ("Circuit
+    comparisons. ``das_max_dim``, ``das_steps``, ``alignment_pairs`` (per length) and
+    ``untrained_baseline`` set the alignment search. Returns a JSON-ready dict with the fields
+    documented in the README ("Circuit
     diff"); ``summary`` holds one number per part.
     """
     start = time.perf_counter()
@@ -97,6 +109,10 @@ def diff(
         raise ExactLensError(f"unknown diff parts {bad}; choose from {list(PARTS)}")
     if isinstance(strings, bool) or not isinstance(strings, int) or strings < 2:
         raise ExactLensError(f"strings must be an integer >= 2, got {strings!r}")
+    for name, value, low in (("das_max_dim", das_max_dim, 1), ("das_steps", das_steps, 1),
+                             ("alignment_pairs", alignment_pairs, 5), ("intervention_pairs", intervention_pairs, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ExactLensError(f"{name} must be an integer >= {low}, got {value!r}")
     if not 0 < test_fraction < 1:
         raise ExactLensError(f"test_fraction must lie in (0, 1), got {test_fraction!r}")
     construction = get(against)
@@ -136,6 +152,10 @@ def diff(
             "exact_dtype": exact_dtype,
             "test_fraction": test_fraction,
             "intervention_pairs": intervention_pairs,
+            "das_max_dim": das_max_dim,
+            "das_steps": das_steps,
+            "alignment_pairs": alignment_pairs,
+            "untrained_baseline": untrained_baseline,
             "parts": list(parts),
         },
         "residual_labels": labels,
@@ -149,7 +169,7 @@ def diff(
                 summary[key] = result["behaviour"][key]
     maps: dict[tuple[str, str], Any] = {}
     probes = None
-    if {"probes", "interventions"} & set(parts):
+    if {"probes", "interventions", "alignment"} & set(parts):
         probes, maps = probe_table(runs, side, exact, labels, feature_scopes(exact_model, labels), test_fraction, seed)
         best = [f["best_r2"] for f in probes["features"] if f["best_r2"] is not None]
         summary["mean_best_r2"] = float(np.mean(best)) if best else None
@@ -185,6 +205,21 @@ def diff(
         summary["mean_iia"] = result["interventions"]["iia"]
         summary["mean_iia_changed"] = result["interventions"]["iia_changed"]
         _progress("diff: interventions done", quiet)
+    if "alignment" in parts:
+        settings = Settings(max_dim=das_max_dim, steps=das_steps, pairs=alignment_pairs, seed=seed,
+                            untrained=untrained_baseline)
+        baseline = untrained_copy(model, seed + 1) if untrained_baseline else None
+        untrained_side = None
+        if baseline is not None:
+            untrained_side = make_side(baseline, {"kind": "untrained"}, tasks.reader(baseline, task),
+                                       exact.readout_position, False)
+        table = alignment_table(runs, side, exact, probes["features"], settings, untrained_side)
+        result["alignment"] = table.pop("rows")
+        result["alignment_details"] = table
+        for key in ("mean_das_iia_changed", "mean_random_iia_changed", "mean_untrained_iia_changed",
+                    "mean_das_iia_changed_task"):
+            summary[key] = table[key]
+        _progress("diff: alignment done", quiet)
     result["summary"] = summary
     result["seconds"] = time.perf_counter() - start
     return jsonable(result)

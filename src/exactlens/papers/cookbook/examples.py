@@ -63,6 +63,13 @@ def _dyck_slack(outputs: torch.Tensor) -> torch.Tensor:
     return torch.cat([inv / 2 - outputs[:, :1].abs(), inv**2 / 2 - outputs[:, 1:2].abs()], dim=1)
 
 
+def dyck_evidence(outputs: torch.Tensor, n_positions: torch.Tensor | None = None) -> torch.Tensor:
+    """A logit positive exactly when dyck_decide accepts: s, or the smallest slack in units of 1/n."""
+    if outputs.ndim == 1:
+        return outputs
+    return (_dyck_slack(outputs) / outputs[:, -1:]).amin(dim=1) * 4
+
+
 def dyck_margin(outputs: torch.Tensor, n_positions: torch.Tensor | None = None) -> torch.Tensor:
     """Distance of the outputs from the decision boundary (|s|, or the smallest |slack|)."""
     if outputs.ndim == 1:
@@ -307,6 +314,7 @@ DYCK_RULE = DecisionRule(
     dyck_margin,
     "a sigmoid logit (nonuniform: accept iff s > 0), or the uniform outputs [value(s), 1/n]: accept iff "
     "every value is zero, tested as |value| < half its smallest nonzero size",
+    evidence=dyck_evidence,
 )
 
 

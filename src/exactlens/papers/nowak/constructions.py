@@ -123,11 +123,17 @@ def decide_palindrome(logits: torch.Tensor, n_positions: torch.Tensor) -> torch.
     return logits.double().abs() < palindrome_tolerance(n_positions)
 
 
+def palindrome_evidence(logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    """1 - 2^n |s|: a logit that is positive exactly when decide_palindrome accepts."""
+    return 1 - logits.abs() * torch.pow(2.0, n_positions.to(logits.dtype))
+
+
 PALINDROME_RULE = DecisionRule(
     "abs-below-2^-n",
     decide_palindrome,
     summary="accept iff |s| < 2^-n (Nowak et al. §3.2.4's y = I[s = 0], with room for rounding)",
     logits=True,  # s is also read as a sigmoid logit (cross-entropy), as the paper's output layer does
+    evidence=palindrome_evidence,
 )
 
 
