@@ -50,7 +50,6 @@ from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.tasks import kinds
 
-POSITION_SETS = ("readout", "all")
 DETERMINED = 0.99  # a variable whose counterfactual is the source's own answer on this share of pairs
 SITE_KINDS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
 SPLIT = (0.6, 0.2, 0.2)  # train / validation (chooses k) / test (reported) pairs
