@@ -419,14 +419,15 @@ def test_train_python_api_and_reproducibility():
 
 
 def test_presets_filled_at_import():
-    code = "from exactlens.train import PRESETS; print(len(PRESETS.copy()), repr(PRESETS) != '{}')"
+    code = "from exactlens.train import PRESETS; print(','.join(sorted(PRESETS.copy())), repr(PRESETS) != '{}')"
     import exactlens
 
     src = Path(exactlens.__file__).resolve().parents[1]  # the tree under test
     env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["4", "True"]
+    names, filled = out.stdout.split()
+    assert {"first", "parity", "one", "majority"} <= set(names.split(",")) and filled == "True"
 
 
 @pytest.mark.parametrize("option", [{"positions": "paper"}, {"num_classes": None}])

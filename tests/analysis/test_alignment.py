@@ -146,3 +146,19 @@ def test_cli_options_and_refusals(capsys) -> None:
     assert result["settings"]["das_steps"] == 10 and "probes" not in result
     assert main(["diff", "first", "--against", "first", "--das-steps", "0"]) == 2
     assert "das_steps must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_iia_heatmap_has_a_cell_per_variable_and_site() -> None:
+    from exactlens.viz.diff_page import iia_heatmap
+
+    rows = [
+        {"variable": "first symbol", "origin": "task", "site": "blocks.1.hook_attn_out", "position": "readout",
+         "dim": 1, "pairs": 10, "iia_changed": 1.0, "random_iia_changed": 0.0, "untrained_iia_changed": None},
+        {"variable": "s", "origin": "exact", "site": "blocks.0.hook_resid_pre", "position": "readout",
+         "dim": 2, "pairs": 10, "iia_changed": None, "random_iia_changed": None, "untrained_iia_changed": None},
+    ]
+    html = iia_heatmap(rows, ["blocks.0.hook_resid_pre", "blocks.1.hook_attn_out"])
+    assert html.count("<tr>") == 3 and html.count("<td") == 2 * (2 + 2)
+    assert "rgb(100,200,100)" in html  # IIA 1.0 is full green
+    assert html.count("background:#eee") == 3  # one cell without changed pairs, two sites not fit
+    assert "random subspace 0" in html

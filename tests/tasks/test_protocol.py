@@ -716,6 +716,12 @@ def pairs_previous(task, base, source):
     return [None] + [q[source[i - 1]][base[i]] for i in range(1, len(base))]
 
 
+def pairs_value(task, base, source):
+    """The pair value is the output itself: swapping it answers the source's pair at each position."""
+    expected = pairs_previous(task, source, source)
+    return expected[: len(base)]
+
+
 HAND = {
     ("parity", "ones"): lambda t, b, s: sum(s) % 2 == 1,
     ("parity", "parity"): lambda t, b, s: sum(s) % 2 == 1,
@@ -730,6 +736,7 @@ HAND = {
     ("induction-recent", "previous symbol"): induction(recent),
     ("induction-frequent", "previous symbol"): induction(frequent),
     ("pairs", "previous category"): pairs_previous,
+    ("pairs", "pair value"): pairs_value,
 }
 KNOWN = {"parity", "first", "one", "palindrome", "dyck", "majority", "induction-recent", "induction-frequent",
          "pairs", "stdlib-chars"}
@@ -794,7 +801,7 @@ def test_hand_derivations_agree_with_the_reference():
 
 ALLOWED = {
     "parity": [], "first": [], "one": [], "palindrome": [],
-    "dyck": ["k", "max_depth"], "majority": ["allow_ties", "num_classes"],
+    "dyck": ["k", "max_depth"], "majority": ["allow_ties", "num_classes", "per_position"],
     "induction-recent": ["num_symbols"], "induction-frequent": ["num_symbols"],
     "pairs": ["categories", "q", "seed"], "stdlib-chars": ["modules", "validation_fraction"],
 }

@@ -155,3 +155,17 @@ def test_adding_a_section_is_one_builder(tmp_path: Path) -> None:
     page = index.read_text(encoding="utf-8")
     assert 'id="extra"' in page and "Extra &lt;b&gt;" in page and "<p>added</p>" in page
     assert 'id="construction-first-flawed"' in page and 'id="construction-parity"' not in page
+
+
+@pytest.mark.parametrize("anchor", ["diff-first", "diff-majority", "diff-induction", "diff-pairs"])
+def test_a_trained_vs_exact_diff_per_task_kind(report: Path, anchor: str) -> None:
+    """One diff per task kind (membership, classification, prediction, regression), DAS included."""
+    html = (report / "index.html").read_text(encoding="utf-8")
+    start = html.index(f'id="{anchor}"')
+    section = html[start: html.find("<section", start + 10) if html.find("<section", start + 10) > 0 else None]
+    assert 'class="error"' not in section
+    assert "Causal alignment (DAS)" in section and "held-out R^2 of a ridge probe" in section
+    data = _strict_json(report / "data" / f"{anchor}.json")
+    assert data["alignment"] and data["summary"]["mean_das_iia_changed"] is not None
+    iia_cells = re.findall(r"k=\d", section)
+    assert len(iia_cells) >= len(data["alignment"])  # one cell per (variable, site) row

@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> None:
     lines += ["tasks:"] + [f"  {r['name']:18s} {r['kind']}" for r in rows["tasks"]]
     lines += ["training presets (exactlens train NAME):"]
     lines += [f"  {r['name']:18s} {r['task']:18s} {r['paper']:30s} {r['summary']}" for r in rows["presets"]]
+    lines += ["  every other construction name trains its task in the construction's shape (hard attention -> softmax)"]
     emit(rows, args.json, "\n".join(lines))
 
 

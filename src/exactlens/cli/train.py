@@ -1,4 +1,5 @@
-"""`exactlens train TASK --out DIR [options] [--json]`: train a model with a preset.
+"""`exactlens train NAME --out DIR [options] [--json]`: train a model with a preset, or of any
+construction's task in that construction's shape.
 
 Writes DIR/config.json + DIR/weights.pt (load with ExactTransformer.load(DIR); the config records
 the task), DIR/history.jsonl (one record per epoch) and DIR/run.json (preset, seed, options,
@@ -104,7 +105,8 @@ def _final_text(final: dict[str, Any]) -> str:
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("task", metavar="TASK", help="a training preset: " + ", ".join(preset_names()))
+    p.add_argument("task", metavar="NAME", help="a paper preset (" + ", ".join(preset_names()) + ") or any "
+                   "construction name: its task, trained in the construction's shape (exactlens list)")
     p.add_argument("--out", required=True, help="checkpoint directory")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, default=0, help="fixes initialization, training and test data")
@@ -142,5 +144,5 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="any option of the preset (repeatable; values parsed as JSON where possible)")
 
 
-register_verb(Verb("train", "train a comparable model with a preset (the papers' settings)", arguments, run,
+register_verb(Verb("train", "train a comparable model: a paper preset or any construction's shape", arguments, run,
                    description=__doc__.split("\n\n")[1], order=40))

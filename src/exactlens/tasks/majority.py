@@ -13,6 +13,10 @@ majority. Exhaustive checks enumerate every word, ties included.
 
 Symbols are the letters a, b, c, ... (one character each, so words are plain
 strings: "aabbbcc" -> class b, as in the paper's example).
+
+``per_position=True`` is the paper's own framing (§4.1: "for a, a, b, b, b, c, c the model is
+trained to predict the output b, b, b, b, b, b"): a prediction task whose target at every symbol
+position is the whole word's majority class (an encoder sees the whole word at every position).
 """
 
 from __future__ import annotations
@@ -37,24 +41,39 @@ class Majority(Task):
     use_eos = False
     min_length = 1
 
-    def __init__(self, num_classes: int = 20, allow_ties: bool = False):
+    def __init__(self, num_classes: int = 20, allow_ties: bool = False, per_position: bool = False):
         self.num_classes = check_int(num_classes, "majority: num_classes", 2, MAX_CLASSES)
-        if not isinstance(allow_ties, bool):
-            raise ExactLensError(f"majority: allow_ties must be true or false, got {allow_ties!r}")
+        for name, value in (("allow_ties", allow_ties), ("per_position", per_position)):
+            if not isinstance(value, bool):
+                raise ExactLensError(f"majority: {name} must be true or false, got {value!r}")
         self.allow_ties = allow_ties
+        self.per_position = per_position
+        self.kind = "prediction" if per_position else "classification"
         self.alphabet = tuple(string.ascii_lowercase[:num_classes])
 
     @property
     def params(self) -> dict:
-        return {"num_classes": self.num_classes, "allow_ties": self.allow_ties}
+        params = {"num_classes": self.num_classes, "allow_ties": self.allow_ties}
+        if self.per_position:  # absent when False: configs saved before the option read the same
+            params["per_position"] = True
+        return params
 
     def variables(self) -> list[CausalVariable]:
-        return [CausalVariable("counts", "word", self.counts, _first_top, "occurrences of each class, [B, k]")]
+        return [CausalVariable("counts", "word", self.counts, self._from_counts, "occurrences of each class, [B, k]")]
+
+    def _from_counts(self, ids: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        answer = _first_top(ids, counts)
+        return answer[:, None].expand(ids.shape).clone() if self.per_position else answer
 
     # ---- targets ---------------------------------------------------------------
 
-    def target(self, word: str | Sequence[str]) -> int:
-        """Index of the most frequent class of one word; ties -> smallest index."""
+    def target(self, word: str | Sequence[str]) -> int | list[int]:
+        """Index of the most frequent class of one word (ties -> smallest index); per_position: that
+        index at every symbol position."""
+        answer = self._majority(word)
+        return [answer] * len(self.symbols_of(word)) if self.per_position else answer
+
+    def _majority(self, word: str | Sequence[str]) -> int:
         symbols = self.symbols_of(word)
         if not symbols:
             raise ExactLensError("majority: the empty word has no majority class (length must be >= 1)")
@@ -72,10 +91,11 @@ class Majority(Task):
         return torch.nn.functional.one_hot(symbol_ids.long(), self.num_classes).sum(dim=1)
 
     def targets(self, symbol_ids: torch.Tensor) -> torch.Tensor:
-        """Vectorized target: class index [batch] (ties -> smallest tied index)."""
+        """Vectorized target: class index [batch] (ties -> smallest tied index); per_position: [batch, L]."""
         if symbol_ids.ndim != 2 or symbol_ids.shape[1] == 0:
             raise ExactLensError(f"majority: words must be [batch, length >= 1], got shape {tuple(symbol_ids.shape)}")
-        return _first_top(symbol_ids, self.counts(symbol_ids))
+        answer = _first_top(symbol_ids, self.counts(symbol_ids))
+        return answer[:, None].expand(symbol_ids.shape).clone() if self.per_position else answer
 
     def is_tied(self, symbol_ids: torch.Tensor) -> torch.Tensor:
         """True where two or more classes share the top count."""

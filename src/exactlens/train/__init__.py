@@ -21,8 +21,10 @@ from exactlens.train.presets import (
     preset_names,
     register_preset,
 )
+from exactlens.train.shaped import register_task_defaults
 
 __all__ = [
     "HISTORY_FIELDS", "KIND_FIELDS", "OPTION_DOCS", "PRESETS", "Metric", "Preset", "TrainRun", "TrainSpec", "evaluate",
-    "fit", "get_preset", "preset_names", "register_preset", "train", "train_many",
+    "fit", "get_preset", "preset_names", "register_preset", "register_task_defaults", "train",
+    "train_many",
 ]

@@ -341,6 +341,9 @@ def fit(
             "python": platform.python_version(),
             "n_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "trained_with": {"seeds": seeds, "stacked": stacked, "optimizer": opts["optimizer"]},
+            # a model shaped like a construction: which construction, and what training changed (hard
+            # attention -> softmax, ...); null for a paper preset
+            "shape": model.cfg.metadata.get("shape"),
             "final": run.final,
         }
         if out is not None:

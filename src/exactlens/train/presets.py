@@ -21,9 +21,11 @@ from typing import Any
 import torch
 
 from exactlens import tasks
+from exactlens.constructions import registry as constructions
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.plugins import Registry
+from exactlens.train import shaped
 from exactlens.train.data import check_lengths
 from exactlens.train.metrics import Metric
 
@@ -92,6 +94,7 @@ class Preset:
     masks: Callable[[ExactTransformer, Options], dict[str, torch.Tensor | bool]] | None = None
     penalty: Callable[[dict[str, torch.Tensor], Options], torch.Tensor] | None = None  # per run [R]
     null_fields: tuple[str, ...] = ()  # history fields always null (kept for readers of older records)
+    complete: Callable[[Options], None] | None = None  # fills derived defaults before validation
 
     def task_of(self, options: Options) -> tasks.Task:
         return tasks.get(self.task, **(self.task_params(options) if self.task_params else {}))
@@ -115,6 +118,8 @@ class Preset:
                                      "train_length", "test_length") if n not in resolved)
         if missing:
             raise ExactLensError(f"preset {self.name!r} sets no default for {missing}; give them as options")
+        if self.complete is not None:
+            self.complete(resolved)
         validate_generic(resolved)
         if self.validate is not None:
             self.validate(resolved)
@@ -163,19 +168,32 @@ def register_preset(preset: Preset) -> Preset:
 
 
 def preset_names() -> list[str]:
+    """The registered (paper) presets; every construction name trains too (construction_names)."""
     from exactlens.plugins import load_plugins
 
     load_plugins()
     return sorted(PRESETS)
 
 
+def construction_names() -> list[str]:
+    """Construction names that train in their construction's shape (those without a paper preset)."""
+    return [n for n in constructions.names() if n not in PRESETS]
+
+
 def get_preset(name: str) -> Preset:
+    """A registered preset, or else the preset of a construction's task in its shape
+    (exactlens.train.shaped)."""
     from exactlens.plugins import load_plugins
 
     load_plugins()
-    if name not in PRESETS:
-        raise ExactLensError(f"unknown training task {name!r}; known presets: {', '.join(sorted(PRESETS))}")
-    return PRESETS[name]
+    if name in PRESETS:
+        return PRESETS[name]
+    if name in constructions.names():
+        return Preset(**shaped.shaped_preset_fields(name))
+    raise ExactLensError(
+        f"unknown training task {name!r}; paper presets: {', '.join(sorted(PRESETS))}; or any construction "
+        f"(trained in its shape): {', '.join(construction_names())}"
+    )
 
 
 def resolve_options(preset: Preset, options: Options) -> Options:

@@ -1,4 +1,4 @@
-"""HTML for a circuit diff: summary, behaviour, the probe table as a heat map, head matching,
+"""HTML for a circuit diff: summary, behaviour, the probe table and the DAS alignment as heat maps, head matching,
 weights, interventions, and circuitsvis attention views of both models side by side.
 
 :func:`diff_html` gives an HTML fragment (used by the report section); :func:`write_diff_page`
@@ -69,6 +69,33 @@ def probe_heatmap(probes: dict[str, Any]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def iia_heatmap(rows: list[dict[str, Any]], sites: list[str]) -> str:
+    """Variables x sites: DAS IIA on held-out pairs whose answer changes (the chosen dimension and the
+    random-subspace baseline in each cell's tooltip; grey where no pair changes or the site was not fit)."""
+    variables: list[tuple[str, str]] = []
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["variable"], r["origin"])
+        if key not in variables:
+            variables.append(key)
+        cells[(r["variable"], r["site"])] = r
+    head = "<th>variable</th><th>from</th>" + "".join(f"<th><code>{_e(s)}</code></th>" for s in sites)
+    body = []
+    for name, origin in variables:
+        tds = []
+        for site in sites:
+            r = cells.get((name, site))
+            if r is None:
+                tds.append('<td style="background:#eee">-</td>')
+                continue
+            tip = (f"{r['position']} positions, dim {r['dim']}, {r['pairs']} pairs; random subspace "
+                   f"{_n(r['random_iia_changed'])}, untrained {_n(r['untrained_iia_changed'])}")
+            tds.append(f'<td style="background:{_heat(r["iia_changed"])}" title="{_e(tip)}">'
+                       f'{_n(r["iia_changed"])}<br><small>k={r["dim"]}</small></td>')
+        body.append(f"<tr><td class=l>{_e(name)}</td><td class=l>{_e(origin)}</td>{''.join(tds)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
 def diff_html(result: dict[str, Any], views: tuple[str, str] | None = None) -> str:
     """The diff as an HTML fragment; ``views``: relative links to the trained and exact attention pages."""
     s = result["summary"]
@@ -92,6 +119,23 @@ def diff_html(result: dict[str, Any], views: tuple[str, str] | None = None) -> s
             "<em>readout</em> rows use only the readout position). Column: a hook site of the trained "
             "model. Green = the feature is a linear function of that activation on held-out words.</p>",
             probe_heatmap(result["probes"]),
+        ]
+    if result.get("alignment"):
+        details = result.get("alignment_details", {})
+        best = [[b["variable"], b["site"], b["position"], b["dim"], b["iia_changed"], b["random_iia_changed"],
+                 b["untrained_iia_changed"]] for b in details.get("best", [])]
+        parts += [
+            "<h3>Causal alignment (DAS): interchange-intervention accuracy per variable and site</h3>",
+            "<p>Row: a causal variable of the task or a residual label of the exact model. Column: a hook site "
+            "of the trained model. Cell: the accuracy with which swapping a learned k-dimensional subspace "
+            "(k chosen on validation pairs) between two words makes the trained model give the answer the "
+            "variable's swap predicts, on held-out pairs whose answer changes. Green where the model "
+            "<em>uses</em> the variable there; compare with the probe map above, which says only where it is "
+            "readable.</p>",
+            iia_heatmap(result["alignment"], details.get("sites") or sorted({r["site"] for r in result["alignment"]})),
+            "<p>Best site per variable, with the same run's baselines (a random subspace of the same "
+            "dimension; the same search on an untrained model of the same shape):</p>",
+            _table(["variable", "site", "positions", "k", "IIA (changed)", "random", "untrained"], best, 3),
         ]
     if "attention" in result:
         a = result["attention"]

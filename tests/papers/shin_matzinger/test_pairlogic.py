@@ -38,6 +38,37 @@ def test_verdicts_of_the_constructions() -> None:
         assert a["mse_linear_ffn"] > 0.5 * a["target_variance"]  # every solution needs the ReLU
 
 
+def test_causal_verdicts_of_the_constructions() -> None:
+    """Interchanges at the attention output: solution 1 moves X_(i-1) (the FFN combines), solution 2's
+    attention output carries the pair's value; solution 3 moves a re-encoding of X_(i-1) (q_true's row),
+    causally the flow of solution 1 although q_true sits in its value map (causal.py's docstring)."""
+    q = make_q("normal", 5, 3)
+    out = {}
+    for name, b in [("1", sm.build_solution1), ("2", sm.build_solution2), ("3", sm.build_solution3)]:
+        for dtype in ("float32", "float64"):
+            out[name, dtype] = pl.analyse(b(q, 8, dtype=dtype), q, batch=200)
+    for dtype in ("float32", "float64"):
+        one, two, three = (out[n, dtype]["interchanges"] for n in "123")
+        assert one["iia_previous"] == 1.0 and one["iia_value"] < 0.3
+        assert two["iia_value"] == 1.0 and two["iia_previous"] < 0.3
+        assert three["iia_previous"] == 1.0 and three["iia_value"] < 0.3
+        assert all(r["iia_value_at_ffn"] == 1.0 for r in (one, two, three))
+        assert [out[n, dtype]["causal_verdict"] for n in "123"] == ["ffn", "attention", "ffn"]
+    untrained = new_model(tsm.pair_preset(tsm.PairTrainConfig(categories=5, positions=8)).spec({}),
+                          torch.Generator().manual_seed(0))
+    assert pl.analyse(untrained.eval(), q, batch=200)["causal_verdict"] in ("unlearned", "mixed")
+
+
+def test_causal_rule() -> None:
+    from exactlens.papers.shin_matzinger.causal import causal_verdict
+
+    assert causal_verdict({"iia_value": 0.95, "iia_previous": 0.1}) == "attention"
+    assert causal_verdict({"iia_value": 0.2, "iia_previous": 0.95}) == "ffn"
+    assert causal_verdict({"iia_value": 0.05, "iia_previous": 0.02}) == "unlearned"
+    assert causal_verdict({"iia_value": 0.6, "iia_previous": 0.6}) == "mixed"
+    assert causal_verdict({"iia_value": None, "iia_previous": None}) == "unlearned"
+
+
 def test_verdict_rule_and_consensus() -> None:
     sig = {"qk_category_q": 0.1, "ov_category_q": 0.1}
     base = {"mse": 1.0, "mse_without_attention": 2.0, "mse_linear_ffn": 2.0, "target_variance": 3.0}

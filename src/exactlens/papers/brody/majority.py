@@ -112,8 +112,30 @@ MAJORITY_PRESET = Preset(
 )
 
 
+PAPER_STEPS, PAPER_BATCH = 17_000, 6000  # App. E.1
+
+MAJORITY_PER_POSITION = Preset(
+    name="majority-per-position",
+    task="majority",
+    paper=f"{PAPER}, §4.1, App. E.1",
+    summary="MAJORITY as the paper frames it: the word's majority class predicted at every position; 1 layer, "
+    "d = 8, 20 classes, |w| = 50; the paper's 17K steps of 6000 words scaled to 2000 steps of 250",
+    config=_config,
+    defaults=dict(
+        epochs=2000, strings_per_epoch=250, test_strings=2000, lr=1e-2, lr_schedule="linear", d_model=8, d_mlp=0,
+        ln_eps=1e-5, num_classes=20, train_length=50, test_length=50, scaled=False, layer_norm="full",
+        eval_every=100,
+    ),
+    options={**ARCHITECTURE_OPTIONS, "num_classes": "number of classes (2..26)"},
+    task_params=lambda o: {"num_classes": o["num_classes"], "per_position": True},
+    validate=_validate,
+    metrics=(QUERY_ANGLE,),
+)
+
+
 def register_majority() -> None:
     register(Construction("majority", "majority", majority, f"{PAPER} §4.1",
                           "most frequent of num_classes classes: uniform attention, logits (count_c - c/k)/n at CLS",
                           task_params=lambda p: {"num_classes": p["num_classes"]}))
     register_preset(MAJORITY_PRESET)
+    register_preset(MAJORITY_PER_POSITION)

@@ -17,6 +17,7 @@ from exactlens.papers.brody.figures import fig1_data, plot_fig1, plot_tables
 from exactlens.papers.brody.lm import LMSettings, brody_tables, quick_settings
 from exactlens.papers.brody.majority_training import majority_data, plot_majority, report_options
 from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, register_section, table
+from exactlens.viz.trained_diff import TrainedDiff, trained_diff_section
 
 FIG1 = {
     "full": {"ns": (4, 8, 16, 32, 64, 128), "ds": (2, 3, 4, 6, 8, 16), "trials": 10},
@@ -136,5 +137,18 @@ def brody_sections(ctx: ReportContext) -> list[Section]:
     return [Section("Brody et al.: layer norm and attention", "brody-layernorm", "\n".join(parts))]
 
 
+MAJORITY_DIFF = TrainedDiff(
+    "Trained vs exact: MAJORITY", "diff-majority", "majority", "majority", lengths=(49, 50),
+    options={"epochs": 40, "strings_per_epoch": 2000, "batch_size": 100, "lr": 1e-2, "lr_schedule": "constant",
+             "test_strings": 1000, "eval_every": 0},
+    quick_options={"epochs": 2, "strings_per_epoch": 200},
+    note="A classification task (20 classes, |w| = 50, Brody et al. §4.1's d = 8 model against the exact average).",
+)
+
+
+def majority_diff_sections(ctx: ReportContext) -> list[Section]:
+    return [trained_diff_section(ctx, MAJORITY_DIFF)] if MAJORITY_DIFF.against in ctx.names else []
+
 def register_sections() -> None:
     register_section("brody", brody_sections, order=200)
+    register_section("brody-diff-majority", majority_diff_sections, order=210)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from exactlens.analysis.diff import PARTS, diff
+from exactlens.analysis.diff import diff
 from exactlens.papers.chiang_cholak import figures as cf
 from exactlens.train import train
 from exactlens.viz.diff_page import attention_views, diff_html
@@ -146,9 +146,8 @@ def diff_sections(ctx: ReportContext) -> list[Section]:
             lr=1e-3,
         )
         trained_s = time.perf_counter() - t0
-        # The DAS part waits for its view on the page (IIA heat map); until then the section keeps its parts.
-        parts = tuple(p for p in PARTS if p != "alignment")
-        result = diff(run.model, "first", lengths=list(s["lengths"]), strings=s["strings"], parts=parts)
+        result = diff(run.model, "first", lengths=list(s["lengths"]), strings=s["strings"], das_steps=60,
+                      alignment_pairs=s["strings"])
         data = ctx.write_json("diff-first.json", result)
         t, e = attention_views(result, run.model, ctx.out_dir / "attention" / "diff-first") or (None, None)
         views = (ctx.rel(t), ctx.rel(e)) if t is not None else None

@@ -9,3 +9,4 @@ def register() -> None:
 
     examples.register_constructions()
     report.register_sections()
+    examples.register_training_defaults()

@@ -19,6 +19,7 @@ from exactlens.analysis.verify import outputs_of, verify
 from exactlens.constructions import get
 from exactlens.viz.attention import attention_heatmap, attention_view
 from exactlens.viz.page import ReportContext, Section, esc, figure, progress, register_section, slug, table
+from exactlens.viz.trained_diff import TrainedDiff, trained_diff_section
 
 # name, parameters, example words (from the papers where they give one), what it computes
 EXAMPLES: list[tuple[str, dict[str, Any], list[str], str]] = [
@@ -149,5 +150,16 @@ def examples_sections(ctx: ReportContext) -> list[Section]:
     return [Section("Cookbook worked examples and majority", "cookbook-examples", html)]
 
 
+INDUCTION_DIFF = TrainedDiff(
+    "Trained vs exact: induction head (most recent)", "diff-induction", "induction-recent", "induction-recent",
+    lengths=(6, 10), quick_options={"epochs": 20},
+    note="A prediction task: behaviour and DAS are scored at every position.",
+)
+
+
+def induction_diff_sections(ctx: ReportContext) -> list[Section]:
+    return [trained_diff_section(ctx, INDUCTION_DIFF)] if INDUCTION_DIFF.against in ctx.names else []
+
 def register_sections() -> None:
     register_section("cookbook-examples", examples_sections, order=500)
+    register_section("cookbook-diff-induction", induction_diff_sections, order=510)

@@ -6,9 +6,10 @@ point ``shin_matzinger``)."""
 
 def register() -> None:
     from exactlens import tasks
-    from exactlens.papers.shin_matzinger import cli, constructions, report, task
+    from exactlens.papers.shin_matzinger import cli, constructions, report, task, training
 
     tasks.register(task.Pairs)
     constructions.register_constructions()
     cli.register_cli()
+    training.register_presets()
     report.register_sections()

@@ -13,6 +13,7 @@ from exactlens.cli.registry import Verb, register_verb
 from exactlens.constructions import get
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.papers.shin_matzinger.causal import CAUSAL_RULE
 from exactlens.papers.shin_matzinger.pairlogic import VERDICT_RULE, analyse, check_construction, consensus
 from exactlens.papers.shin_matzinger.task import make_q
 from exactlens.papers.shin_matzinger.training import FLAVOURS, SYSTEMS, PairTrainConfig, train_pairs
@@ -73,7 +74,8 @@ def _verdicts(args: argparse.Namespace) -> dict[str, Any]:
                 f"pairlogic: training {args.system}/{args.flavour}, seed {seed} "
                 f"(N={args.categories}, M={args.positions}, {args.iterations} LBFGS iterations)"
             )
-            run = train_pairs(cfg, log=_progress)
+            out = None if not args.save else f"{args.save}/seed{seed}"
+            run = train_pairs(cfg, log=_progress, out=out)
             record = {
                 "seed": seed,
                 "train_mse": run.train_mse,
@@ -81,8 +83,8 @@ def _verdicts(args: argparse.Namespace) -> dict[str, Any]:
                 "seconds": run.seconds,
                 **analyse(run.model, run.q_true, batch=args.batch, seed=seed + 999),
             }
-            if args.save:
-                record["checkpoint"] = str(run.model.save(f"{args.save}/seed{seed}"))
+            if out is not None:
+                record["checkpoint"] = out
             runs.append(record)
     return {
         "categories": args.categories,
@@ -94,7 +96,13 @@ def _verdicts(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         "consensus": consensus([r["verdict"] for r in runs]),
         "verdict_rule": VERDICT_RULE,
+        "causal_consensus": consensus([r["causal_verdict"] for r in runs]),
+        "causal_rule": CAUSAL_RULE,
     }
+
+
+def _rate(value: float | None) -> str:
+    return "  -  " if value is None else f"{value:.3f}"
 
 
 def _text(result: dict[str, Any]) -> str:
@@ -104,16 +112,19 @@ def _text(result: dict[str, Any]) -> str:
             f"{'exact' if result['exact'] else 'NOT exact'}, max |error| {result['max_abs_error']:.3e} "
             f"(tolerance {result['tolerance']:.3e})"
         )
-    lines = ["run      mse     no-attn  lin-FFN  var     qk~q  ov~q  qk~shift ov~shift  verdict"]
+    lines = ["run      mse     no-attn  lin-FFN  var     qk~q  ov~q  qk~shift ov~shift  verdict    "
+             "IIA(P@attn) IIA(V@attn)  causal"]
     for r in result["runs"]:
         a, s = r["ablations"], r["signatures"]
         name = str(r.get("seed", "ckpt"))
         lines.append(
             f"{name:8s} {a['mse']:.4f}  {a['mse_without_attention']:.4f}  {a['mse_linear_ffn']:.4f}  "
             f"{a['target_variance']:.4f}  {s['qk_category_q']:.2f}  {s['ov_category_q']:.2f}  "
-            f"{s['qk_position_shift']:.2f}     {s['ov_position_shift']:.2f}      {r['verdict']}"
+            f"{s['qk_position_shift']:.2f}     {s['ov_position_shift']:.2f}      {r['verdict']:10s} "
+            f"{_rate(r['interchanges']['iia_previous'])}        {_rate(r['interchanges']['iia_value'])}        "
+            f"{r['causal_verdict']}"
         )
-    lines.append(f"consensus: {result['consensus']}")
+    lines.append(f"consensus: {result['consensus']} (weights and ablations); causal: {result['causal_consensus']}")
     return "\n".join(lines)
 
 

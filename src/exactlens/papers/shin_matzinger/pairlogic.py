@@ -35,6 +35,7 @@ import torch
 
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.papers.shin_matzinger.causal import causal_verdict, interchanges
 from exactlens.papers.shin_matzinger.task import PairBatch, PairGenerator, check_q, make_q
 
 VERDICTS = ("attention", "ffn", "mixed", "unlearned")
@@ -146,7 +147,9 @@ def analyse(model: ExactTransformer, q_true: torch.Tensor, batch: int = 1000, se
     fit, score = data.batch(batch), data.batch(batch)
     ablation = ablations(model, fit, score)
     signature = signatures(model, q_true)
-    return {"ablations": ablation, "signatures": signature, "verdict": verdict(ablation, signature)}
+    swaps = interchanges(model, q_true, score, fit)
+    return {"ablations": ablation, "signatures": signature, "verdict": verdict(ablation, signature),
+            "interchanges": swaps, "causal_verdict": causal_verdict(swaps)}
 
 
 def consensus(verdicts: list[str]) -> str:

@@ -12,6 +12,7 @@ from exactlens.papers.shin_matzinger.pairlogic import VERDICT_RULE, analyse, cat
 from exactlens.papers.shin_matzinger.task import make_q
 from exactlens.papers.shin_matzinger.training import PairTrainConfig, train_pairs
 from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, register_section, table
+from exactlens.viz.trained_diff import TrainedDiff, trained_diff_section
 
 # The paper's §4 settings (N = 10, M = 50, batch 1000, 50 LBFGS iterations); 3 seeds x 2 systems ~ 100 s.
 FULL = {"categories": 10, "positions": 50, "batch": 1000, "iterations": 50, "seeds": 3, "test_batch": 1000}
@@ -149,5 +150,17 @@ def shin_matzinger_sections(ctx: ReportContext) -> list[Section]:
     return [Section("Shin & Matzinger: attention or FFN?", "shin-matzinger", "\n".join(parts))]
 
 
+PAIRS_DIFF = TrainedDiff(
+    "Trained vs exact: category pairs (solution 2)", "diff-pairs", "pairs", "sm-solution2", lengths=(8, 16),
+    quick_options={"epochs": 5, "strings_per_epoch": 200},
+    note="A regression task: behaviour is MSE and R^2; IIA decides by the nearest answer of the batch. The "
+    "trained model is the combined, unconstrained system of §4 (LBFGS).",
+)
+
+
+def pairs_diff_sections(ctx: ReportContext) -> list[Section]:
+    return [trained_diff_section(ctx, PAIRS_DIFF)] if PAIRS_DIFF.against in ctx.names else []
+
 def register_sections() -> None:
     register_section("shin-matzinger", shin_matzinger_sections, order=600)
+    register_section("shin-matzinger-diff-pairs", pairs_diff_sections, order=610)

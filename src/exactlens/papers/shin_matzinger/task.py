@@ -164,4 +164,16 @@ class Pairs(Task):
             y[:, 0] = 0.0
             return y
 
-        return [CausalVariable("previous category", "position", previous, answer, "X_(i-1) at position i")]
+        def pair_value(ids: torch.Tensor) -> torch.Tensor:
+            return pair_targets(ids, self.q_true)
+
+        def set_value(base: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+            y = value.to(self.q_true.dtype).clone()
+            y[:, 0] = 0.0
+            return y
+
+        return [
+            CausalVariable("previous category", "position", previous, answer, "X_(i-1) at position i"),
+            CausalVariable("pair value", "position", pair_value, set_value,
+                           "q_true(X_(i-1), X_i) at position i: the pair logic's result"),
+        ]

@@ -25,6 +25,7 @@ Masked weights start at 0 and their gradients are masked, so LBFGS keeps them at
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -38,7 +39,9 @@ from exactlens.model import ExactTransformer
 from exactlens.papers.shin_matzinger.constructions import PAPER, pair_config, set_one_hot_inputs
 from exactlens.papers.shin_matzinger.task import Pairs, check_categories, check_positions
 from exactlens.train import Preset, fit
+from exactlens.train.data import check_lengths
 from exactlens.train.loop import new_model, seed_generators
+from exactlens.train.presets import register_preset
 
 SYSTEMS = ("solution1", "solution2", "solution3", "combined")
 FLAVOURS = ("solution1", "solution2", "solution3", "unconstrained")
@@ -208,40 +211,105 @@ def lean_penalty(params: dict[str, torch.Tensor], flavour: str, n: int, m: int, 
     return total
 
 
-def pair_preset(cfg: PairTrainConfig) -> Preset:
-    """The training of one PairTrainConfig as a preset of exactlens's one loop (LBFGS, full batch)."""
-    n, m = cfg.categories, cfg.positions
-    use_lean = cfg.system == "combined" and cfg.flavour != "unconstrained" and cfg.lean > 0
+PAIRS_OPTIONS: dict[str, str] = {
+    "system": f"which weights may be non-zero: {', '.join(SYSTEMS)} (module docstring)",
+    "flavour": f"the combined system's lean: {', '.join(FLAVOURS)}",
+    "lean": "weight of the flavour's extra loss (sum of squares of the weights its system forbids)",
+    "normalization": "'post' (the §4 normalization layer between attention and FFN) or 'none'",
+    "weighting": "'none' (the paper's bilinear attention) or 'softmax' (§3.2's remedy)",
+    "categories": "N, the number of categories",
+    "q": "q_true: 'normal' (standard normal) or 'code' (eq. 2.15)",
+    "q_seed": "seed of a random q_true",
+    "init_attention_scale": "factor on the initial q, k, v (< 1 starts near the degenerate point of §3)",
+}
+"""The ``pairs`` preset's own options; M (positions) is train_length (= test_length, fixed),
+the batch strings_per_epoch, the LBFGS iterations epochs, the hidden width d_mlp."""
 
-    def config(task, o):
-        arch = pair_config(n, m, cfg.hidden, cfg.dtype, normalization=cfg.normalization)
-        return arch.replace(attention_weighting=cfg.weighting, metadata={"paper": f"{PAPER} §4", "train": asdict(cfg)})
 
-    return Preset(
-        name=f"pairs-{run_label(cfg.system, cfg.flavour)}",
-        task="pairs",
-        paper=f"{PAPER} §4",
-        summary="one-layer softmax-free model of category pairs, LBFGS on one batch",
-        config=config,
-        defaults=dict(
-            epochs=cfg.iterations, strings_per_epoch=cfg.batch, test_strings=cfg.test_batch, optimizer="lbfgs",
-            lr=1.0, eval_every=0, train_length=m, test_length=m, d_model=n + m, d_mlp=cfg.hidden, dtype=cfg.dtype,
-        ),
-        task_params=lambda o: {"categories": n, "q": cfg.q, "seed": cfg.q_seed},
-        prepare=lambda model, o: prepare(model, cfg),
-        masks=lambda model, o: gradient_masks(cfg),
-        penalty=(
-            (lambda params, o: cfg.lean * lean_penalty(params, cfg.flavour, n, m, cfg.hidden)) if use_lean else None
-        ),
+def config_of(o: dict[str, Any]) -> PairTrainConfig:
+    """The PairTrainConfig of resolved ``pairs`` preset options."""
+    lo, hi = o["train_length"]
+    if lo != hi or tuple(o["test_length"]) != (lo, hi):
+        raise ExactLensError(
+            f"pairs: the model has M learned positions, so train_length and test_length are one fixed M; got "
+            f"train_length={list(o['train_length'])}, test_length={list(o['test_length'])}"
+        )
+    return PairTrainConfig(
+        categories=o["categories"], positions=hi, batch=o["strings_per_epoch"], iterations=o["epochs"],
+        system=o["system"], flavour=o["flavour"], lean=o["lean"], normalization=o["normalization"],
+        weighting=o["weighting"], d_mlp=o["d_mlp"], q=o["q"], q_seed=o["q_seed"],
+        init_attention_scale=o["init_attention_scale"], test_batch=o["test_strings"], dtype=o["dtype"],
     )
 
 
-def train_pairs(cfg: PairTrainConfig, log=None) -> PairRun:
+def options_of(cfg: PairTrainConfig) -> dict[str, Any]:
+    """The ``pairs`` preset options that train one PairTrainConfig."""
+    return dict(
+        epochs=cfg.iterations, strings_per_epoch=cfg.batch, test_strings=cfg.test_batch, train_length=cfg.positions,
+        test_length=cfg.positions, d_mlp=cfg.hidden, dtype=cfg.dtype, categories=cfg.categories, system=cfg.system,
+        flavour=cfg.flavour, lean=cfg.lean, normalization=cfg.normalization, weighting=cfg.weighting, q=cfg.q,
+        q_seed=cfg.q_seed, init_attention_scale=cfg.init_attention_scale,
+    )
+
+
+def _architecture(task, o: dict[str, Any]):
+    cfg = config_of(o)
+    arch = pair_config(cfg.categories, cfg.positions, cfg.hidden, cfg.dtype, normalization=cfg.normalization)
+    return arch.replace(attention_weighting=cfg.weighting, metadata={"paper": f"{PAPER} §4", "train": asdict(cfg)})
+
+
+def _complete(o: dict[str, Any]) -> None:
+    if o["d_mlp"] == "auto":  # room for every solution: max(N^2, N + M)
+        n, (_, m) = o["categories"], check_lengths(o["train_length"])
+        o["d_mlp"] = max(n * n, n + m) if isinstance(n, int) and isinstance(m, int) else 0
+
+
+def _penalty(params: dict[str, torch.Tensor], o: dict[str, Any]) -> torch.Tensor:
+    cfg = config_of(o)
+    if cfg.system != "combined" or cfg.flavour == "unconstrained" or cfg.lean == 0:
+        return torch.zeros(())
+    return cfg.lean * lean_penalty(params, cfg.flavour, cfg.categories, cfg.positions, cfg.hidden)
+
+
+_DEFAULT = PairTrainConfig()
+
+PAIRS_PRESET = Preset(
+    name="pairs",
+    task="pairs",
+    paper=f"{PAPER} §4",
+    summary="one-layer softmax-free model of category pairs (N=10, M=50), LBFGS on one batch of 1000; "
+    "systems solution1..3 or combined",
+    config=_architecture,
+    defaults=dict(
+        options_of(_DEFAULT), d_mlp="auto", optimizer="lbfgs", lr=1.0, eval_every=0, d_model=_DEFAULT.categories
+        + _DEFAULT.positions,
+    ),
+    options=PAIRS_OPTIONS,
+    task_params=lambda o: {"categories": o["categories"], "q": o["q"], "seed": o["q_seed"]},
+    validate=lambda o: config_of(o),
+    prepare=lambda model, o: prepare(model, config_of(o)),
+    masks=lambda model, o: gradient_masks(config_of(o)),
+    penalty=_penalty,
+    complete=_complete,
+)
+"""``exactlens train pairs --option system=solution2 --out DIR``: the runs of ``exactlens pairlogic``
+as checkpoints that diff and the report read (d_model is N + M whatever is given)."""
+
+
+def pair_preset(cfg: PairTrainConfig) -> Preset:
+    """The training of one PairTrainConfig: the ``pairs`` preset with its options as defaults."""
+    return dataclasses.replace(PAIRS_PRESET, name=f"pairs-{run_label(cfg.system, cfg.flavour)}",
+                               defaults={**PAIRS_PRESET.defaults, **options_of(cfg)})
+
+
+def train_pairs(cfg: PairTrainConfig, log=None, out: str | Path | None = None) -> PairRun:
     """Train one model (deterministic for a seed) with exactlens's loop; history has one record per
-    loss evaluation (LBFGS line-search trials included), with the iteration it belongs to."""
+    loss evaluation (LBFGS line-search trials included), with the iteration it belongs to. With
+    ``out``, the run is written there as ``exactlens train`` writes one (config, weights, history,
+    run.json)."""
     start = time.perf_counter()
     spec = pair_preset(cfg).spec({})
-    run = fit(spec, [cfg.seed], progress=log)[0]
+    run = fit(spec, [cfg.seed], [None if out is None else Path(out)], progress=log)[0]
     history = [{"evaluation": r["step"], "iteration": r["epoch"], "mse": r["train_mse"]} for r in run.history]
     streams = seed_generators(cfg.seed)  # the loop's streams: the same training and test words
     task = spec.task
@@ -279,13 +347,12 @@ def run_label(system: str, flavour: str) -> str:
 def _one_run(args: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
     options, out = args
     torch.set_num_threads(1)
-    run = train_pairs(PairTrainConfig(**options))
+    cfg = PairTrainConfig(**options)
+    label = run_label(cfg.system, cfg.flavour).replace("/", "_")
+    folder = None if out is None else Path(out) / label / f"seed{cfg.seed}"
+    run = train_pairs(cfg, out=folder)
     record = run.summary()
-    if out is not None:
-        folder = (
-            Path(out) / run_label(run.config.system, run.config.flavour).replace("/", "_") / f"seed{run.config.seed}"
-        )
-        run.model.save(folder)
+    if folder is not None:
         record["checkpoint"] = str(folder)
     return record
 
@@ -366,3 +433,7 @@ def escape_runs(scale: float = 1e-3, seeds: int = 3, **options: Any) -> dict[str
             )
         out[label] = rows
     return out
+
+
+def register_presets() -> None:
+    register_preset(PAIRS_PRESET)
