@@ -153,7 +153,8 @@ def evaluate(
         width = max(v.shape[1] for v in values)
         pad = torch.nn.functional.pad
         stacked = [torch.cat([pad(t, (0, width - t.shape[1])) for t in ts]) for ts in (values, targets, valids)]
-        out.update(loss_bits=None, accuracy=None, mse=sums["loss"] / count, r2=kinds.r2(*stacked))
+        out.update(loss_bits=None, accuracy=None, per_position_accuracy=None, mse=sums["loss"] / count,
+                   r2=kinds.r2(*stacked))
     out.update({name: value / count for name, value in extra.items()})
     return out
 
