@@ -53,7 +53,7 @@ test-slow: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS) -m slow
 
 report: setup
-	$(VENV)/bin/exactlens report --out report
+	$(VENV)/bin/exactlens report --out report --overwrite
 
 bench: setup
 	for script in benchmarks/bench_*.py; do echo "== $$script"; $(VENV)/bin/python $$script || exit 1; done

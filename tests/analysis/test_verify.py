@@ -21,7 +21,7 @@ from exactlens.tasks import Parity, kinds
 VERIFY_KEYS = {"name", "dtype", "seed", "results", "task", "decision_rule"}
 VERIFY_OPTIONAL = {"params"}
 ROW_KEYS = {"length", "strings", "accuracy", "cross_entropy_bits", "min_abs_logit"}
-ROW_OPTIONAL = {"exhaustive"}
+ROW_OPTIONAL = {"exhaustive", "non_finite_words"}
 PRECISION_KEYS = {"name", "dtype", "max_exact_length", "first_failure_length", "checked", "task"}
 
 

@@ -1015,7 +1015,9 @@ def test_load_rejects_nan_weights(tmp_path):
     model = make_model(seed=25)
     with torch.no_grad():
         model.blocks[1].attn.W_V[0, 0, 0] = float("nan")
-    model.save(tmp_path)
+    with pytest.raises(ExactLensError, match=r"NaN.*blocks\.1\.attn\.W_V"):
+        model.save(tmp_path / "refused")  # save refuses them ...
+    model.write_checkpoint(tmp_path)  # ... and load refuses a file that has them anyway
     with pytest.raises(ExactLensError, match=r"NaN.*blocks\.1\.attn\.W_V"):
         ExactTransformer.load(tmp_path)
 
@@ -1146,7 +1148,8 @@ def test_bad_return_type():
         (dict(d_mlp=-1), "d_mlp must be an integer >= 0"),
         (dict(attn_scale=0.0), "attn_scale"),
         (dict(attn_scale=float("inf")), "attn_scale"),
-        (dict(ln_eps=-1e-5), "ln_eps must be >= 0"),
+        (dict(ln_eps=-1e-5), "ln_eps must be a finite number >= 0"),
+        (dict(ln_eps=float("inf")), "ln_eps must be a finite number"),
         (dict(ln_eps=float("nan")), "ln_eps"),
         (dict(hard_tie_tolerance=-0.1), "hard_tie_tolerance"),
         (dict(readout="sigmoid", d_vocab_out=2), "sigmoid readout has d_vocab_out=1"),

@@ -71,6 +71,7 @@ Methods:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,8 +80,10 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 import torch
+from tqdm.auto import tqdm
 
 from exactlens.errors import ExactLensError
+from exactlens.resources import check_work
 
 __all__ = [
     "METHODS",
@@ -403,7 +406,9 @@ class _Solver:
         if undecided.size:
             k = min(self.n - 1, self.d + 2)
             neighbours = self._nearest(undecided, k)
-            for i, nb in zip(undecided.tolist(), neighbours, strict=True):
+            pairs = zip(undecided.tolist(), neighbours, strict=True)
+            for i, nb in tqdm(pairs, total=undecided.size, desc="hull: keys left after screening", unit="key",
+                              disable=undecided.size < PROGRESS_FROM, leave=False):
                 if self.state[i] == _UNDECIDED and not self._working_set(i, nb):
                     self.decide_by_lp(i)
 
@@ -570,6 +575,12 @@ def _linprog(cost, a_ub, b_ub, a_eq, b_eq, bounds):
 # ----------------------------------------------------------------------------- public API
 
 
+HULL_OPERATIONS_PER_PAIR = 10
+"""Work estimate of the fast method: about this many operations per (key, key, dimension), LP overhead
+included (measured: n = 10^4, d = 16 takes ~5 s); beyond the work limit a call is refused up front."""
+PROGRESS_FROM = 500  # keys left for LPs from which a progress bar shows
+
+
 def selectable_keys(keys: np.ndarray | torch.Tensor, *, tol: float = 1e-9, method: str = "fast") -> SelectabilityResult:
     """Which keys can get the strict top attention score q.k, with a certificate for each.
 
@@ -580,6 +591,9 @@ def selectable_keys(keys: np.ndarray | torch.Tensor, *, tol: float = 1e-9, metho
     See the module docstring for the algorithm and the exact semantics.
     """
     arr = _as_float_array(keys, "keys", (2,))
+    n, d = arr.shape
+    check_work(HULL_OPERATIONS_PER_PAIR * n * n * d, f"selectable_keys on {n} keys in {d} dimensions",
+               "use fewer keys (a sample, or one layer at a time)")
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)):
         raise ExactLensError(f"tol must be a float in (0, 1), got {tol!r}")
     tol = float(tol)
@@ -587,13 +601,21 @@ def selectable_keys(keys: np.ndarray | torch.Tensor, *, tol: float = 1e-9, metho
         raise ExactLensError(f"tol must be a float in (0, 1) (relative to the keys' scale), got {tol!r}")
     if method not in METHODS:
         raise ExactLensError(f"method must be one of {METHODS}, got {method!r}")
-    solver = _Solver(arr, tol)
+    # Selectability does not change when every key is multiplied by the same positive number, so the
+    # solver sees the keys times 2^-e (exact in binary floating point) with their largest entry in
+    # [0.5, 1): keys near 1e308 cannot overflow and keys near 1e-320 cannot underflow inside it.
+    # Margins and residuals come back in the keys' own units.
+    top = float(np.abs(arr).max())
+    exponent = int(np.frexp(top)[1]) if top > 0 else 0
+    solver = _Solver(np.ldexp(arr, -exponent), tol)
     if not solver.trivial():
         if method == "naive":
             solver.run_naive()
         else:
             solver.run_fast()
-    return solver.result(method)
+    result = solver.result(method)
+    return dataclasses.replace(result, margins=np.ldexp(result.margins, exponent),
+                               residuals=np.ldexp(result.residuals, exponent), scale=top)
 
 
 def layer_norm_projection(d: int) -> np.ndarray:

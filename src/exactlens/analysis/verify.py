@@ -100,16 +100,20 @@ def evaluate_words(reader: Reader, model: ExactTransformer, ids: torch.Tensor) -
     scores = task.score(predictions, truth, batch.n_positions, tolerance)
     ce = kinds.cross_entropy_bits(task, outputs, truth, batch.n_positions) if reader.has_logits else None
     margin = reader.margin(outputs, batch.n_positions)
+    finite_word = torch.isfinite(outputs.reshape(outputs.shape[0], -1)).all(dim=1)
+    non_finite = int((~finite_word).sum())
     row = {
         "strings": int(ids.shape[0]),
-        "accuracy": scores.accuracy,
-        "cross_entropy_bits": None if ce is None else float(ce.mean()),
-        "min_abs_logit": None if margin is None else float(margin.min()),
-        "errors": int((~scores.correct).sum()),
-        "finite": bool(torch.isfinite(outputs).all()),
+        # a word whose outputs are NaN or infinite has no decision: never counted, always an error
+        "accuracy": scores.accuracy if not non_finite else None,
+        "cross_entropy_bits": None if ce is None or non_finite else float(ce.mean()),
+        "min_abs_logit": None if margin is None or non_finite else float(margin.min()),
+        "errors": int((~(scores.correct & finite_word)).sum()),
+        "non_finite_words": non_finite,
+        "finite": not non_finite,
     }
     if scores.position_correct is not None:
-        row["per_position_accuracy"] = scores.per_position_accuracy
+        row["per_position_accuracy"] = scores.per_position_accuracy if not non_finite else None
     if scores.squared_error is not None:
         errors = scores.squared_error[scores.valid].sqrt()
         row["max_abs_error"] = float(errors.max()) if errors.numel() else 0.0
@@ -128,7 +132,9 @@ def verify_model(
     construction: Construction | None = None,
 ) -> list[dict[str, Any]]:
     """Per length: accuracy, cross-entropy, smallest margin (and per kind: per-position accuracy,
-    regression errors) of any model of a task (its own cfg.task unless ``task`` is given)."""
+    regression errors) of any model of a task (its own cfg.task unless ``task`` is given). A length
+    where some word's outputs are NaN or infinite has null accuracy, cross-entropy and margin and
+    counts those words in ``non_finite_words`` (present only then): no decision is read from a non-finite output."""
     if isinstance(strings, bool) or not isinstance(strings, int) or strings < 1:
         raise ExactLensError(f"strings must be an integer >= 1, got {strings!r}")
     reader = tasks.reader(model, task)
@@ -139,7 +145,8 @@ def verify_model(
         reader.task.check_length(length)
         ids, exhaustive = words_for_length(reader.task, length, strings, seed, exhaustive_limit)
         row = evaluate_words(reader, model, ids)
-        keep = {k: v for k, v in row.items() if k not in ("errors", "finite")}
+        drop = ("errors", "finite") + (() if row["non_finite_words"] else ("non_finite_words",))
+        keep = {k: v for k, v in row.items() if k not in drop}
         results.append({"length": length, **keep, "exhaustive": exhaustive})
     return results
 
@@ -184,6 +191,8 @@ def _check_length(
     row = evaluate_words(reader, model, ids)
     out = {"length": length, "strings": row["strings"], "errors": row["errors"],
            "min_abs_logit": row["min_abs_logit"], "exhaustive": exhaustive}
+    if row["non_finite_words"]:  # NaN or infinite outputs: counted among the errors, and said
+        out["non_finite_words"] = row["non_finite_words"]
     if "max_abs_error" in row:
         out["max_abs_error"] = row["max_abs_error"]
     return out

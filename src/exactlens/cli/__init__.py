@@ -17,6 +17,7 @@ __all__ = ["Verb", "build_parser", "main", "register_verb"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="exactlens", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks (for bug reports)")
     sub = parser.add_subparsers(dest="command", required=True)
     for verb in sorted(VERBS.values(), key=lambda v: (v.order, v.name)):
         p = sub.add_parser(verb.name, help=verb.help, description=verb.description or verb.help)
@@ -25,13 +26,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+_OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "not enough memory")
+
+
+def _one_line(err: BaseException) -> str | None:
+    """The one-line message for an error the CLI answers without a traceback (None: a bug)."""
+    if isinstance(err, ExactLensError):
+        return str(err)
+    if isinstance(err, MemoryError) or (
+        isinstance(err, RuntimeError) and any(text in str(err).lower() for text in _OUT_OF_MEMORY)
+    ):
+        return ("out of memory; lower the request (fewer --strings, shorter lengths, a smaller model) or raise "
+                "EXACTLENS_MEMORY_LIMIT only if the machine has the memory")
+    if isinstance(err, OSError):
+        where = f": {err.filename}" if err.filename else ""
+        return f"{err.strerror or type(err).__name__}{where}" if err.strerror else f"{type(err).__name__}: {err}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one verb. Exit status 0 on success, 2 with one line on stderr for bad input, a filesystem error
+    or memory that is not there, 130 on Ctrl-C (outputs left as they were); ``--debug`` shows tracebacks."""
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)
         args.func(args)
-    except ExactLensError as err:
-        print(f"exactlens: error: {err}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("exactlens: interrupted; outputs left as they were", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # stdout closed early (e.g. piped into head): not an error of ours
+        sys.stderr.close()
+        return 0
+    except (ExactLensError, MemoryError, RuntimeError, OSError) as err:
+        message = _one_line(err)
+        if debug or message is None:
+            raise
+        print(f"exactlens: error: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return 0
 
 

@@ -9,13 +9,14 @@ goes to stderr. Bad input raises ExactLensError, which ``exactlens.cli.main`` tu
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from exactlens.analysis.diff import PARTS, diff
 from exactlens.analysis.verify import parse_lengths
 from exactlens.cli.common import emit, parse_params, progress
 from exactlens.cli.registry import Verb, register_verb
-from exactlens.viz.diff_page import write_diff_page
+from exactlens.viz.diff_page import check_diff_page, write_diff_page
 
 __all__ = ["format_diff_text", "run"]
 
@@ -67,6 +68,8 @@ def format_diff_text(result: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> None:
     lengths = parse_lengths(args.lengths) if args.lengths else None
+    if args.html:  # before the work: a page that cannot be written is said now, not after minutes
+        check_diff_page(args.html, args.overwrite)
     progress(f"diff: {args.target} against {args.against}")
     result = diff(
         args.target,
@@ -82,10 +85,11 @@ def run(args: argparse.Namespace) -> None:
         alignment_pairs=args.alignment_pairs,
         untrained_baseline=not args.no_untrained_baseline,
     )
+    emit(result, args.json, format_diff_text(result))  # the result first: a failing page write cannot lose it
+    sys.stdout.flush()
     if args.html:
-        path = write_diff_page(result, args.html, trained=args.target)
+        path = write_diff_page(result, args.html, trained=args.target, overwrite=args.overwrite)
         progress(f"diff: wrote {path}")
-    emit(result, args.json, format_diff_text(result))
 
 
 def _parts(text: str | None) -> tuple[str, ...]:
@@ -115,6 +119,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="also write an HTML page (attention views next to FILE in FILE_stem_files/)",
     )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --html page and its views")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 

@@ -9,12 +9,13 @@ from exactlens.viz.page import build_report
 
 
 def run(args: argparse.Namespace) -> None:
-    print(build_report(args.names or None, args.out, quick=args.quick))
+    print(build_report(args.names or None, args.out, quick=args.quick, overwrite=args.overwrite))
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="*", help="constructions to include (default: all)")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="report directory (appears when the report is complete)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     p.add_argument("--quick", action="store_true", help="small settings (for tests)")
 
 

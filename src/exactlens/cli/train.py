@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> None:
         options["scaled"] = True
 
     if args.seeds is not None:
-        runs = train_many(args.task, parse_seeds(args.seeds), out=args.out, progress=progress, **options)
+        runs = train_many(args.task, parse_seeds(args.seeds), out=args.out, progress=progress,
+                          overwrite=args.overwrite, **options)
         if args.json:
             sys.stdout.write(dumps({"runs": [r.info for r in runs]}) + "\n")
             return
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> None:
             sys.stdout.write(f"{args.task} seed {r.seed}: {_final_text(r.final)}; checkpoint {r.checkpoint}\n")
         sys.stdout.write(f"{len(runs)} runs trained together in {runs[0].wall_s:.1f} s\n")
         return
-    result = train(args.task, out=args.out, seed=args.seed, progress=progress, **options)
+    result = train(args.task, out=args.out, seed=args.seed, progress=progress, overwrite=args.overwrite, **options)
     emit(result.info, args.json, f"{args.task} seed {args.seed}: {result.info['steps']} steps in "
          f"{result.wall_s:.1f} s; {_final_text(result.final)}; checkpoint {args.out}")
 
@@ -107,7 +108,8 @@ def _final_text(final: dict[str, Any]) -> str:
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("task", metavar="NAME", help="a paper preset (" + ", ".join(preset_names()) + ") or any "
                    "construction name: its task, trained in the construction's shape (exactlens list)")
-    p.add_argument("--out", required=True, help="checkpoint directory")
+    p.add_argument("--out", required=True, help="checkpoint directory (appears when training is complete)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, default=0, help="fixes initialization, training and test data")
     seeds.add_argument(

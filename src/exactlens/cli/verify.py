@@ -8,6 +8,7 @@ from exactlens.analysis.verify import parse_lengths, verify
 from exactlens.cli.common import construction_arguments, emit, parse_params, progress
 from exactlens.cli.registry import Verb, register_verb
 from exactlens.constructions import get
+from exactlens.errors import ExactLensError
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -26,12 +27,20 @@ def run(args: argparse.Namespace) -> None:
     last = "max_abs_error" if regression else "min_abs_logit"
     lines = [f"{args.name} {args.dtype}: length strings accuracy cross_entropy_bits {last}"]
     lines += [
-        f"  {r['length']:6d} {r['strings']:7d} {r['accuracy']:.6f} {_num(r['cross_entropy_bits'], '.6f')} "
+        f"  {r['length']:6d} {r['strings']:7d} {_num(r['accuracy'], '.6f')} {_num(r['cross_entropy_bits'], '.6f')} "
         f"{_num(r.get(last), '.3e')}"
+        + (f"  NON-FINITE on {r['non_finite_words']} words" if r.get("non_finite_words") else "")
         for r in result["results"]
     ]
     emit(result, args.json, "\n".join(lines))
-    if not args.json and any(r["accuracy"] < 1 for r in result["results"]):
+    broken = [r for r in result["results"] if r.get("non_finite_words")]
+    if broken:  # the result is printed (strict JSON, nulls); the command still fails
+        raise ExactLensError(
+            f"{args.name} ({args.dtype}) gives NaN or infinite outputs at lengths {[r['length'] for r in broken]} "
+            f"({sum(r['non_finite_words'] for r in broken)} words): no decision is read from them; check the "
+            "parameters (a value may overflow the dtype)"
+        )
+    if not args.json and any(r["accuracy"] is not None and r["accuracy"] < 1 for r in result["results"]):
         progress("note: accuracy below 1 at some lengths")
 
 

@@ -210,6 +210,17 @@ def hard_weights(scores: torch.Tensor, allowed: torch.Tensor, kind: str, tol: fl
     return first.to(scores.dtype)
 
 
+QUERY_CHUNK_BYTES = 2**28
+"""Attention whose [query, key] tensors would exceed this many bytes, with no hook reading them, is
+computed a block of queries at a time (the same values; what lets verify run 10^5 positions)."""
+
+
+def _query_slice(allowed: torch.Tensor | None, start: int, size: int) -> torch.Tensor | None:
+    if allowed is None or allowed.shape[2] == 1:
+        return allowed
+    return allowed[:, :, start : start + size]
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ExactConfig, layer: int = 0):
         super().__init__()
@@ -273,9 +284,24 @@ class Attention(nn.Module):
             # tensor for the backward pass (rounding differs in the last bits; see set_fused).
             z = FusedAttention.apply(q_rows, k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), allowed)[0]
             return self._output(self.hook_z(z.permute(0, 2, 1, 3)))
-        scores = q_rows @ k.permute(0, 2, 3, 1)  # [b, h, q, k]
-        if length_scale == "log_visible":
-            seen = allowed.sum(-1, keepdim=True) if allowed is not None else torch.tensor(float(x.shape[1]))
+        k_t, v_t = k.permute(0, 2, 3, 1), v.permute(0, 2, 1, 3)  # [b, h, d, k], [b, h, k, d]
+        n_queries, n_keys = q_rows.shape[2], x.shape[1]
+        per_query = q_rows.shape[0] * q_rows.shape[1] * n_keys * q_rows.element_size() * 3  # scores, mask, pattern
+        hooked = self.hook_attn_scores.active or self.hook_pattern.active
+        if hooked or per_query * n_queries <= QUERY_CHUNK_BYTES:
+            z = self._attend(q_rows, k_t, v_t, allowed, n_keys)
+        else:  # long inputs, nothing reads the [query, key] tensors: a few queries at a time, same values
+            step = max(1, QUERY_CHUNK_BYTES // per_query)
+            z = torch.cat([self._attend(q_rows[:, :, i : i + step], k_t, v_t, _query_slice(allowed, i, step), n_keys)
+                           for i in range(0, n_queries, step)], dim=2)
+        return self._output(self.hook_z(z.permute(0, 2, 1, 3)))  # z [b, q, h, d]
+
+    def _attend(self, q_rows: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor, allowed: torch.Tensor | None,
+                n_keys: int) -> torch.Tensor:
+        """Scores, weights and the weighted values [b, h, q, d] for the given queries."""
+        scores = q_rows @ k_t  # [b, h, q, k]
+        if self.length_scale == "log_visible":
+            seen = allowed.sum(-1, keepdim=True) if allowed is not None else torch.tensor(float(n_keys))
             scores = scores * torch.log(seen.clamp(min=1).to(scores.dtype))
         if allowed is not None:
             scores = scores.masked_fill(~allowed, -math.inf)
@@ -289,9 +315,9 @@ class Attention(nn.Module):
             pattern = scores if allowed is None else torch.where(allowed, scores, torch.zeros((), dtype=scores.dtype))
         else:
             full = allowed if allowed is not None else torch.ones((1, 1, 1, 1), dtype=torch.bool)
-            pattern = hard_weights(scores, full, weighting, cfg.hard_tie_tolerance)
+            pattern = hard_weights(scores, full, weighting, self.cfg.hard_tie_tolerance)
         pattern = self.hook_pattern(pattern)
-        return self._output(self.hook_z((pattern @ v.permute(0, 2, 1, 3)).permute(0, 2, 1, 3)))  # z [b, q, h, d]
+        return pattern @ v_t
 
     def _output(self, z: torch.Tensor) -> torch.Tensor:
         if self.cfg.use_attn_result:

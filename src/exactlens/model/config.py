@@ -184,10 +184,11 @@ class ExactConfig:
             raise ExactLensError(f"attn_scale must be a finite positive divisor or None, got {self.attn_scale!r}")
         if not isinstance(self.mlp_residual, bool):
             raise ExactLensError(f"mlp_residual must be True or False, got {self.mlp_residual!r}")
-        if not self.ln_eps >= 0:
-            raise ExactLensError(f"ln_eps must be >= 0, got {self.ln_eps!r}")
-        if not self.hard_tie_tolerance >= 0:
-            raise ExactLensError(f"hard_tie_tolerance must be >= 0, got {self.hard_tie_tolerance!r}")
+        for name in ("ln_eps", "hard_tie_tolerance"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and value >= 0):
+                raise ExactLensError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.readout == "sigmoid" and self.d_vocab_out != 1:
             raise ExactLensError(f"a sigmoid readout has d_vocab_out=1, got {self.d_vocab_out}")
         if self.positional_features == ("learned",):
@@ -318,7 +319,7 @@ class ExactConfig:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExactConfig:
@@ -340,3 +341,12 @@ class ExactConfig:
 
     def replace(self, **changes: Any) -> ExactConfig:
         return dataclasses.replace(self, **changes)
+
+
+def parameter_bytes(cfg: ExactConfig) -> int:
+    """Bytes of the weights a config implies (checked before anything is allocated)."""
+    m, h, d = cfg.d_model, cfg.n_heads, cfg.d_head
+    positions = (cfg.n_ctx or 0) * m if cfg.learned_positions else 0
+    per_layer = 4 * h * m * d + 3 * h * d + m + 2 * m * cfg.d_mlp + cfg.d_mlp + m + 4 * m
+    count = cfg.d_vocab * m + positions + cfg.n_layers * per_layer + m * cfg.d_vocab_out + cfg.d_vocab_out + 2 * m
+    return count * (torch.finfo(cfg.torch_dtype).bits // 8)

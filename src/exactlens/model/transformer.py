@@ -10,8 +10,19 @@ import torch
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 
 from exactlens.errors import ExactLensError
-from exactlens.model.components import Block, Embed, HookPoint, LayerNorm, PosEmbed, Unembed, gather_rows, visible_keys
-from exactlens.model.config import ExactConfig
+from exactlens.model.components import (
+    QUERY_CHUNK_BYTES,
+    Block,
+    Embed,
+    HookPoint,
+    LayerNorm,
+    PosEmbed,
+    Unembed,
+    gather_rows,
+    visible_keys,
+)
+from exactlens.model.config import ExactConfig, parameter_bytes
+from exactlens.resources import check_memory, check_work, memory_limit
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.pt"
@@ -28,6 +39,9 @@ class ExactTransformer(HookedRootModule):
 
     def __init__(self, cfg: ExactConfig):
         super().__init__()
+        check_memory(2 * parameter_bytes(cfg), f"a model with d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, "
+                     f"n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, d_vocab={cfg.d_vocab} ({cfg.dtype})",
+                     "lower the widths, layers or vocabulary in the config")
         self.cfg = cfg
         self.embed = Embed(cfg)
         self.hook_embed = HookPoint()
@@ -60,6 +74,7 @@ class ExactTransformer(HookedRootModule):
         if self.cfg.learned_positions and n_pos > self.cfg.n_ctx:
             raise ExactLensError(f"{n_pos} positions exceed the learned positional table (n_ctx={self.cfg.n_ctx})")
         if n_positions is None:
+            self.check_forward_memory(batch, n_pos, padded=False)
             return torch.full((batch,), n_pos, dtype=torch.long), False
         if not isinstance(n_positions, torch.Tensor) or n_positions.shape != (batch,):
             raise ExactLensError(f"n_positions must be a tensor of shape [batch]=({batch},)")
@@ -67,7 +82,39 @@ class ExactTransformer(HookedRootModule):
             raise ExactLensError(f"n_positions must be an integer tensor, got dtype {n_positions.dtype}")
         if int(n_positions.min()) < 1 or int(n_positions.max()) > n_pos:
             raise ExactLensError(f"n_positions must lie in [1, {n_pos}] (positions per sequence, padding excluded)")
-        return n_positions.long(), bool((n_positions != n_pos).any())
+        padded = bool((n_positions != n_pos).any())
+        self.check_forward_memory(batch, n_pos, padded)
+        return n_positions.long(), padded
+
+    def forward_bytes(self, batch: int, n_pos: int, padded: bool = False, hooked: bool | None = None) -> int:
+        """A rough upper estimate of the memory one forward pass on [batch, n_pos] needs: the key masks,
+        the attention's [query, key] tensors (all of them when a hook reads them, e.g. run_with_cache;
+        else a block of queries at a time, see components.QUERY_CHUNK_BYTES) and the residual-width
+        activations (every layer's when hooks keep them)."""
+        cfg = self.cfg
+        item = torch.finfo(cfg.torch_dtype).bits // 8
+        if hooked is None:
+            hooked = any(isinstance(m, HookPoint) and m.active for m in self.modules())
+        masks = {m for m in cfg.per_layer("attention_mask") if m != "none" or padded}
+        mask_bytes = len(masks) * (batch + 1) * n_pos * n_pos
+        scores = 3 * batch * cfg.n_heads * n_pos * n_pos * item
+        score_bytes = scores * cfg.n_layers if hooked else min(scores, QUERY_CHUNK_BYTES + 3 * batch * cfg.n_heads
+                                                                 * n_pos * item)
+        width = 8 * cfg.d_model + 2 * cfg.d_mlp + 3 * cfg.n_heads * cfg.d_head + cfg.d_vocab_out
+        resid_bytes = batch * n_pos * width * item * (cfg.n_layers if hooked else 1)
+        return mask_bytes + score_bytes + resid_bytes + batch * n_pos * 8
+
+    def check_forward_memory(self, batch: int, n_pos: int, padded: bool = False) -> None:
+        """Refuse (ExactLensError) a forward pass whose forward_bytes exceed the memory limit."""
+        cfg = self.cfg
+        attention_ops = cfg.n_layers * batch * cfg.n_heads * n_pos * n_pos * (2 * cfg.d_head + 8)
+        check_work(attention_ops, f"a forward pass on {batch} x {n_pos} tokens (attention alone)",
+                   "use shorter lengths or fewer words")
+        if self.forward_bytes(batch, n_pos, padded, hooked=True) <= memory_limit():  # the usual, cheap case
+            return
+        check_memory(self.forward_bytes(batch, n_pos, padded),
+                     f"a forward pass on {batch} x {n_pos} tokens",
+                     "use fewer words per call (--strings) or shorter lengths")
 
     def forward(
         self,
@@ -283,13 +330,23 @@ class ExactTransformer(HookedRootModule):
 
     # ---- save / load ---------------------------------------------------------
 
-    def save(self, directory: str | Path) -> Path:
-        """Write config.json (the ExactConfig) and weights.pt (the state dict)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+    def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
+        """Write config.json (the ExactConfig) and weights.pt (the state dict) as a new directory, in one
+        step (exactlens.outputs.staged): an existing non-empty ``directory`` is refused unless
+        ``overwrite``, and it is replaced only once the new checkpoint is complete. Non-finite weights
+        are refused (``load`` would refuse them)."""
+        from exactlens.outputs import staged
+
+        self.check_finite()
+        with staged(directory, overwrite=overwrite, what="checkpoint") as tmp:
+            self.write_checkpoint(tmp)
+        return Path(directory)
+
+    def write_checkpoint(self, directory: Path) -> None:
+        """config.json + weights.pt into an existing directory (the staging directory of ``save`` or of a
+        training run; use ``save`` to write a checkpoint safely)."""
         (directory / CONFIG_FILE).write_text(self.cfg.to_json() + "\n")
         torch.save(self.state_dict(), directory / WEIGHTS_FILE)
-        return directory
 
     @classmethod
     def load(cls, directory: str | Path) -> ExactTransformer:
@@ -298,15 +355,27 @@ class ExactTransformer(HookedRootModule):
         for name in (CONFIG_FILE, WEIGHTS_FILE):
             if not (directory / name).is_file():
                 raise ExactLensError(f"{directory} is not an exactlens checkpoint: {name} is missing")
+        config_path = directory / CONFIG_FILE
         try:
-            cfg = ExactConfig.from_dict(json.loads((directory / CONFIG_FILE).read_text()))
+            text = config_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            raise ExactLensError(f"cannot read {config_path}: {reason}") from err
+        try:
+            cfg = ExactConfig.from_dict(json.loads(text))
         except json.JSONDecodeError as err:
-            raise ExactLensError(f"{directory / CONFIG_FILE} is not valid JSON: {err}") from err
+            raise ExactLensError(f"{config_path} is not valid JSON: {err}") from err
+        except ExactLensError as err:
+            raise ExactLensError(f"{config_path}: {err}") from err
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as err:  # a field of the wrong type
+            raise ExactLensError(f"{config_path} does not describe a model: {type(err).__name__}: {err}") from err
         model = cls(cfg)
         try:
             state = torch.load(directory / WEIGHTS_FILE, map_location="cpu", weights_only=True)
         except Exception as err:  # torch raises UnpicklingError, EOFError, RuntimeError ... for a bad file
-            raise ExactLensError(f"{directory / WEIGHTS_FILE} is not a readable torch state dict: {err}") from err
+            reason = (err.strerror if isinstance(err, OSError) and err.strerror else str(err)) or type(err).__name__
+            raise ExactLensError(f"{directory / WEIGHTS_FILE} is not a readable torch state dict "
+                                 f"(weights_only loading; {type(err).__name__}: {reason})") from err
         if not isinstance(state, dict):
             raise ExactLensError(f"{directory / WEIGHTS_FILE} holds a {type(state).__name__}, not a state dict")
         expected = model.state_dict()

@@ -158,6 +158,9 @@ class Task:
             raise ExactLensError(f"symbol ids must be a tensor [batch, length], got {shape}")
         if symbol_ids.shape[0] == 0:
             raise ExactLensError("empty batch: give at least one word")
+        if symbol_ids.is_floating_point() or symbol_ids.is_complex() or symbol_ids.dtype == torch.bool:
+            raise ExactLensError(f"symbol ids must be an integer tensor (ids into the alphabet {list(self.alphabet)}), "
+                                 f"got dtype {symbol_ids.dtype}: a float id is never rounded or truncated")
         if symbol_ids.numel() and (int(symbol_ids.min()) < 0 or int(symbol_ids.max()) >= len(self.alphabet)):
             raise ExactLensError(f"symbol ids must lie in [0, {len(self.alphabet)})")
         parts = []

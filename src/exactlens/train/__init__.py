@@ -10,7 +10,7 @@ Generic options and their meaning: exactlens.train.presets.OPTION_DOCS; a preset
 ``options``.
 """
 
-from exactlens.train.loop import HISTORY_FIELDS, KIND_FIELDS, TrainRun, evaluate, fit, train, train_many
+from exactlens.train.loop import HISTORY_FIELDS, KIND_FIELDS, TrainRun, evaluate, fit, fit_into, train, train_many
 from exactlens.train.metrics import Metric
 from exactlens.train.presets import (
     OPTION_DOCS,
@@ -25,6 +25,6 @@ from exactlens.train.shaped import register_task_defaults
 
 __all__ = [
     "HISTORY_FIELDS", "KIND_FIELDS", "OPTION_DOCS", "PRESETS", "Metric", "Preset", "TrainRun", "TrainSpec", "evaluate",
-    "fit", "get_preset", "preset_names", "register_preset", "register_task_defaults", "train",
+    "fit", "fit_into", "get_preset", "preset_names", "register_preset", "register_task_defaults", "train",
     "train_many",
 ]

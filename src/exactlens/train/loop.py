@@ -23,7 +23,6 @@ never changes training.
 
 from __future__ import annotations
 
-import json
 import math
 import platform
 import time
@@ -37,7 +36,9 @@ import torch
 
 from exactlens import tasks
 from exactlens.errors import ExactLensError
+from exactlens.jsonio import dumps
 from exactlens.model import ExactConfig, ExactTransformer, StackedRuns
+from exactlens.outputs import staged
 from exactlens.tasks import kinds
 from exactlens.train.data import PAD_ID, Batch, sample_batch, split
 from exactlens.train.metrics import Metric
@@ -253,6 +254,7 @@ def train(
     out: str | Path | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    overwrite: bool = False,
     **options: Any,
 ) -> TrainRun:
     """Train a fresh model with a preset (exactlens.train.presets; options override its values).
@@ -260,9 +262,11 @@ def train(
     Returns a TrainRun (model in eval mode, history records, checkpoint directory). With ``out``,
     writes config.json + weights.pt (ExactTransformer.save; the config records the task),
     history.jsonl (one record per epoch) and run.json (preset, seed, options, timing, final
-    metrics). The same as ``train_many(task, [seed], ...)[0]`` with ``out`` the run's own directory.
+    metrics), as one new directory that appears only when the run is complete (an existing
+    non-empty ``out`` is refused unless ``overwrite``; see exactlens.outputs). The same as
+    ``train_many(task, [seed], ...)[0]`` with ``out`` the run's own directory.
     """
-    return fit(get_preset(task).spec(options), [seed], [None if out is None else Path(out)], progress)[0]
+    return fit_into(get_preset(task).spec(options), [seed], out, progress, overwrite=overwrite)[0]
 
 
 def train_many(
@@ -271,19 +275,43 @@ def train_many(
     *,
     out: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
+    overwrite: bool = False,
     **options: Any,
 ) -> list[TrainRun]:
     """Train one run per seed with the same options, all at once (Adam; LBFGS runs one after the
     other): every run has the initialization, data and test words of ``train(task, seed=s, ...)``
-    and its own optimizer state. With ``out``, run s is written to ``out/seed{s}``. Each run's
-    wall_s (and its history's) is the group's: the runs train in one computation."""
+    and its own optimizer state. With ``out``, run s is written to ``out/seed{s}`` (``out`` written
+    as one new directory, as in ``train``). Each run's wall_s (and its history's) is the group's:
+    the runs train in one computation."""
     seeds = list(seeds)
     if not seeds:
         raise ExactLensError("train_many needs at least one seed")
     if len(set(seeds)) != len(seeds):
         raise ExactLensError(f"train_many: seeds must be distinct, got {seeds}")
-    outs = [None if out is None else Path(out) / f"seed{s}" for s in seeds]
-    return fit(get_preset(task).spec(options), seeds, outs, progress)
+    return fit_into(get_preset(task).spec(options), seeds, out, progress, per_seed=True, overwrite=overwrite)
+
+
+def fit_into(
+    spec: TrainSpec,
+    seeds: list[int],
+    out: str | Path | None,
+    progress: Callable[[str], None] | None = None,
+    *,
+    per_seed: bool = False,
+    overwrite: bool = False,
+) -> list[TrainRun]:
+    """``fit`` writing its runs to ``out`` (one run) or ``out/seed{s}`` (``per_seed``) through a staging
+    directory: ``out`` is checked before training starts and appears, complete, only at the end; an
+    error or Ctrl-C leaves it as it was (exactlens.outputs.staged)."""
+    if out is None:
+        return fit(spec, seeds, None, progress)
+    with staged(out, overwrite=overwrite, what="training output") as tmp:
+        dirs = [tmp / f"seed{s}" for s in seeds] if per_seed else [tmp]
+        runs = fit(spec, seeds, dirs, progress)
+    final = Path(out)
+    for run, directory in zip(runs, dirs, strict=True):
+        run.checkpoint = final / directory.relative_to(tmp)
+    return runs
 
 
 def new_model(spec: TrainSpec, generator: torch.Generator) -> ExactTransformer:
@@ -348,8 +376,9 @@ def fit(
             "final": run.final,
         }
         if out is not None:
-            model.save(out)
-            (out / RUN_FILE).write_text(json.dumps(run.info, indent=2) + "\n")
+            model.check_finite()
+            model.write_checkpoint(out)
+            (out / RUN_FILE).write_text(dumps(run.info, indent=2) + "\n")
         runs.append(run)
     return runs
 
@@ -407,6 +436,7 @@ def _fit_adam(spec, seeds, gens, logs, progress):
             tokens, n_positions, targets = stack_batches(list(parts))
             losses, correct = run_losses(task, runs.readout(tokens, n_positions), targets, n_positions)
             total = losses + spec.penalty(runs.params, opts) if spec.penalty is not None else losses
+            _check_finite_loss(spec, seeds, losses.detach(), step + 1, epoch)
             state.optimizer.zero_grad(set_to_none=True)
             total.sum().backward()  # runs share nothing: each run's gradient is its own loss's
             state.after_backward()
@@ -416,9 +446,7 @@ def _fit_adam(spec, seeds, gens, logs, progress):
             step += 1
             epoch_loss += losses.detach().double() * len(parts[0])
             epoch_correct += correct
-        bad = [s for s, v in zip(seeds, epoch_loss.tolist(), strict=True) if not math.isfinite(v)]
-        if bad:
-            raise ExactLensError(f"{spec.name}: the training loss became non-finite in epoch {epoch} (seeds {bad})")
+        _check_finite_weights(spec, seeds, runs, step, epoch)
         every = opts["eval_every"]
         evaluating = epoch == opts["epochs"] or (every and epoch % every == 0)
         if evaluating:
@@ -434,10 +462,33 @@ def _fit_adam(spec, seeds, gens, logs, progress):
             record["wall_s"] = time.perf_counter() - start
             histories[r].append(record)
             if logs[r] is not None:
-                logs[r].write(json.dumps(record) + "\n")
+                logs[r].write(dumps(record) + "\n")
     runs.sync()
     wall = time.perf_counter() - start
     return [(models[r], histories[r], step, True, wall) for r in range(len(seeds))]
+
+
+def _check_finite_loss(spec: TrainSpec, seeds: list[int], losses: torch.Tensor, step: int, epoch: int) -> None:
+    """Stop at the first non-finite loss, before the optimizer step it would poison."""
+    finite = torch.isfinite(losses)
+    if not bool(finite.all()):
+        bad = [s for s, ok in zip(seeds, finite.tolist(), strict=True) if not ok]
+        raise ExactLensError(
+            f"{spec.name}: the training loss became non-finite at step {step} (epoch {epoch}, seeds {bad}); "
+            "lower lr, set grad_clip, or check the options; nothing was saved"
+        )
+
+
+def _check_finite_weights(spec: TrainSpec, seeds: list[int], runs: StackedRuns, step: int, epoch: int) -> None:
+    """After each epoch: every weight finite (a finite loss can still come from an overflowed weight)."""
+    for name, stacked in runs.params.items():
+        finite = torch.isfinite(stacked.detach().reshape(len(seeds), -1)).all(dim=1)
+        if not bool(finite.all()):
+            bad = [s for s, ok in zip(seeds, finite.tolist(), strict=True) if not ok]
+            raise ExactLensError(
+                f"{spec.name}: weight {name} became non-finite by step {step} (epoch {epoch}, seeds {bad}); "
+                "lower lr or set grad_clip; nothing was saved"
+            )
 
 
 def _fit_lbfgs(spec, seed, gens, log, progress):
@@ -459,7 +510,8 @@ def _fit_lbfgs(spec, seed, gens, log, progress):
         state.after_backward()
         value = float(losses[0].detach())
         if not math.isfinite(value):
-            raise ExactLensError(f"{spec.name}: training diverged (loss {value}) after {len(history)} evaluations")
+            raise ExactLensError(f"{spec.name}: the training loss became non-finite ({value}) at loss evaluation "
+                                 f"{len(history) + 1} (LBFGS); lower lr or check the options; nothing was saved")
         iteration = state.optimizer.state[state.params[0]].get("n_iter", 0)
         values = {"epoch": iteration, "step": len(history), "strings_seen": len(batch), "lr": opts["lr"]}
         values.update(_train_values(spec, value, float(correct[0]), len(batch)))
@@ -475,7 +527,7 @@ def _fit_lbfgs(spec, seed, gens, log, progress):
         progress(_progress_line(spec, seed, history[-1]["epoch"], history[-1]))
     if log is not None:
         for record in history:
-            log.write(json.dumps(record) + "\n")
+            log.write(dumps(record) + "\n")
     return model, history, len(history), False, time.perf_counter() - start
 
 

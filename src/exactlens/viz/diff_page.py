@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from exactlens.outputs import check_output, staged, write_text
+
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1200px; padding: 1em 2em; color: #222; }
 table { border-collapse: collapse; margin: .5em 0 1em; font-size: .85em; }
@@ -255,22 +257,35 @@ def attention_views(
     return t, e
 
 
-def write_diff_page(result: dict[str, Any], path: str | Path, trained: Any = None) -> Path:
+def write_diff_page(result: dict[str, Any], path: str | Path, trained: Any = None, *, overwrite: bool = False) -> Path:
     """A standalone page; with ``trained`` (model, checkpoint or name) also the attention views,
-    written to PATH_stem_files/ next to it."""
+    written to PATH_stem_files/ next to it. Both are checked before anything is written and each
+    appears in one step when complete (exactlens.outputs); existing ones are refused unless
+    ``overwrite``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = path.parent / f"{path.stem}_files"
+    check_diff_page(path, overwrite, with_views=trained is not None)
     views = None
     if trained is not None:
-        folder = path.parent / f"{path.stem}_files"
-        written = attention_views(result, trained, folder)
-        if written is not None:
-            views = tuple(p.relative_to(path.parent).as_posix() for p in written)
+        with staged(folder, overwrite=overwrite, what="attention views folder") as tmp:
+            written = attention_views(result, trained, tmp)
+        if written is None:  # not an ExactTransformer: no views (the empty folder goes again)
+            folder.rmdir()
+        else:
+            views = tuple((folder / p.relative_to(tmp)).relative_to(path.parent).as_posix() for p in written)
     title = f"exactlens diff against {result['exact']['name']}"
     page = (
         f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{_e(title)}</title>\n'
         f"<style>{_CSS}</style>\n</head>\n<body>\n<h1>{_e(title)}</h1>\n{diff_html(result, views)}\n"
         "</body>\n</html>\n"
     )
-    path.write_text(page, encoding="utf-8")
+    write_text(path, page, overwrite=overwrite, what="diff page")
     return path
+
+
+def check_diff_page(path: str | Path, overwrite: bool = False, with_views: bool = True) -> None:
+    """Check, before a diff is computed, that its page (and views folder) can be written."""
+    path = Path(path)
+    check_output(path, overwrite=overwrite, kind="file", what="diff page")
+    if with_views:
+        check_output(path.parent / f"{path.stem}_files", overwrite=overwrite, what="attention views folder")

@@ -29,6 +29,7 @@ import torch
 from exactlens.constructions import get
 from exactlens.constructions import names as registered_names
 from exactlens.jsonio import dumps
+from exactlens.outputs import staged
 from exactlens.plugins import Registry
 
 # ---- sections and the context builders share ----------------------------------------
@@ -239,30 +240,33 @@ def build_report(
     quick: bool = False,
     builders: Sequence[SectionBuilder] | None = None,
     threads: int | None = 1,
+    overwrite: bool = False,
 ) -> Path:
     """Write out_dir/index.html and its assets for the given constructions (default: all
-    registered); return the path of index.html.
+    registered); return the path of index.html. ``out_dir`` is written as one new directory that
+    appears only when the report is complete; an existing non-empty one is refused unless
+    ``overwrite`` (then replaced as a whole, never mixed with the new pages).
 
     ``threads``: torch threads while building (None: as set). The default is one: the
     work is many small tensor operations, for which more threads cost more in
     synchronization than they gain (on a shared two-core machine we measured 2 threads
     3 to 10 times slower than 1).
     """
-    with torch_threads(threads):
-        return _build_report(names, out_dir, quick, builders)
-
-
-def _build_report(
-    names: list[str] | None, out_dir: str | Path, quick: bool, builders: Sequence[SectionBuilder] | None
-) -> Path:
-    start = time.perf_counter()
     selected = list(dict.fromkeys(names)) if names else registered_names()
     for name in selected:
         get(name)  # unknown names fail before any work
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with torch_threads(threads), staged(out_dir, overwrite=overwrite, what="report directory") as tmp:
+        progress(f"report: {len(selected)} constructions -> {Path(out_dir) / 'index.html'}"
+                 f"{' (quick)' if quick else ''}")
+        _build_report(selected, tmp, quick, builders)
+    index = Path(out_dir) / "index.html"
+    progress(f"report: wrote {index}")
+    return index
+
+
+def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequence[SectionBuilder] | None) -> None:
+    start = time.perf_counter()
     ctx = ReportContext(out_dir=out, names=selected, quick=quick, settings=QUICK if quick else FULL)
-    progress(f"report: {len(selected)} constructions -> {out / 'index.html'}{' (quick)' if quick else ''}")
     sections: list[Section] = []
     timings: dict[str, float] = {}
     for builder in section_builders() if builders is None else builders:
@@ -290,7 +294,5 @@ def _build_report(
     )
     if ctx.errors:
         footer += f' <span class="error">{len(ctx.errors)} error(s); see data/report.json.</span>'
-    index = out / "index.html"
-    index.write_text(render_page(sections, "exactlens report", footer), encoding="utf-8")
+    (out / "index.html").write_text(render_page(sections, "exactlens report", footer), encoding="utf-8")
     progress(f"report: done in {seconds:.1f} s")
-    return index

@@ -20,8 +20,10 @@ import torch
 
 from exactlens import tasks
 from exactlens.constructions.registry import Construction, get_target
+from exactlens.constructions.registry import names as construction_names
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.model.transformer import CONFIG_FILE
 from exactlens.tasks.decisions import Reader
 
 DEFAULT_LENGTHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
@@ -148,7 +150,16 @@ def resolve_trained(trained: Any) -> tuple[Any, dict[str, Any]]:
     """A model and its description from a model, a checkpoint directory or a construction name."""
     if isinstance(trained, (str, Path)):
         path = Path(trained)
-        if path.is_dir():
+        is_directory = path.is_dir()
+        if isinstance(trained, str) and is_directory and trained in construction_names():
+            # a bare name: the construction, unless a checkpoint of that name is here (then say which)
+            if (path / CONFIG_FILE).exists():
+                raise ExactLensError(
+                    f"{trained!r} is both a construction and a checkpoint directory here; write ./{trained} for the "
+                    f"checkpoint, or rename the directory to diff the construction {trained!r}"
+                )
+            is_directory = False
+        if is_directory:
             model = ExactTransformer.load(path)
             model.eval()
             return model, {"kind": "checkpoint", "path": str(path)}

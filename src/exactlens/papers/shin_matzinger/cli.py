@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,6 +15,7 @@ from exactlens.cli.registry import Verb, register_verb
 from exactlens.constructions import get
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.outputs import staged
 from exactlens.papers.shin_matzinger.causal import CAUSAL_RULE
 from exactlens.papers.shin_matzinger.pairlogic import VERDICT_RULE, analyse, check_construction, consensus
 from exactlens.papers.shin_matzinger.task import make_q
@@ -43,6 +46,39 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _train_seeds(args: argparse.Namespace, root: Path | None) -> list[dict[str, Any]]:
+    runs = []
+    for seed in range(args.seed, args.seed + args.seeds):
+        cfg = PairTrainConfig(
+            categories=args.categories,
+            positions=args.positions,
+            batch=args.batch,
+            iterations=args.iterations,
+            system=args.system,
+            flavour=args.flavour,
+            q=args.q,
+            q_seed=args.q_seed,
+            seed=seed,
+            dtype=args.dtype,
+        )
+        _progress(
+            f"pairlogic: training {args.system}/{args.flavour}, seed {seed} "
+            f"(N={args.categories}, M={args.positions}, {args.iterations} LBFGS iterations)"
+        )
+        run = train_pairs(cfg, log=_progress, out=None if root is None else root / f"seed{seed}")
+        record = {
+            "seed": seed,
+            "train_mse": run.train_mse,
+            "test_mse": run.test_mse,
+            "seconds": run.seconds,
+            **analyse(run.model, run.q_true, batch=args.batch, seed=seed + 999),
+        }
+        if root is not None:
+            record["checkpoint"] = f"{args.save}/seed{seed}"
+        runs.append(record)
+    return runs
+
+
 def _verdicts(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     if args.checkpoint:
@@ -57,35 +93,10 @@ def _verdicts(args: argparse.Namespace) -> dict[str, Any]:
     else:
         if args.seeds < 1:
             raise ExactLensError(f"--seeds must be >= 1, got {args.seeds}")
-        for seed in range(args.seed, args.seed + args.seeds):
-            cfg = PairTrainConfig(
-                categories=args.categories,
-                positions=args.positions,
-                batch=args.batch,
-                iterations=args.iterations,
-                system=args.system,
-                flavour=args.flavour,
-                q=args.q,
-                q_seed=args.q_seed,
-                seed=seed,
-                dtype=args.dtype,
-            )
-            _progress(
-                f"pairlogic: training {args.system}/{args.flavour}, seed {seed} "
-                f"(N={args.categories}, M={args.positions}, {args.iterations} LBFGS iterations)"
-            )
-            out = None if not args.save else f"{args.save}/seed{seed}"
-            run = train_pairs(cfg, log=_progress, out=out)
-            record = {
-                "seed": seed,
-                "train_mse": run.train_mse,
-                "test_mse": run.test_mse,
-                "seconds": run.seconds,
-                **analyse(run.model, run.q_true, batch=args.batch, seed=seed + 999),
-            }
-            if out is not None:
-                record["checkpoint"] = out
-            runs.append(record)
+        with contextlib.ExitStack() as stack:  # --save DIR appears, complete, only after the last seed
+            root = None if not args.save else stack.enter_context(
+                staged(args.save, overwrite=args.overwrite, what="--save directory"))
+            runs = _train_seeds(args, root)
     return {
         "categories": args.categories,
         "positions": args.positions,
@@ -147,7 +158,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--q-seed", type=int, default=0)
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     p.add_argument("--checkpoint", help="analyse a saved model instead of training one")
-    p.add_argument("--save", help="save each trained model under SAVE/seed<S>")
+    p.add_argument("--save", help="save each trained model under SAVE/seed<S> (SAVE appears when all are done)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --save directory")
     p.add_argument("--check", metavar="NAME", help="check a construction (sm-solution1..3) against q_true")
     p.add_argument("--json", action="store_true")
 

@@ -36,9 +36,10 @@ import torch
 
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.outputs import staged
 from exactlens.papers.shin_matzinger.constructions import PAPER, pair_config, set_one_hot_inputs
 from exactlens.papers.shin_matzinger.task import Pairs, check_categories, check_positions
-from exactlens.train import Preset, fit
+from exactlens.train import Preset, fit_into
 from exactlens.train.data import check_lengths
 from exactlens.train.loop import new_model, seed_generators
 from exactlens.train.presets import register_preset
@@ -302,14 +303,14 @@ def pair_preset(cfg: PairTrainConfig) -> Preset:
                                defaults={**PAIRS_PRESET.defaults, **options_of(cfg)})
 
 
-def train_pairs(cfg: PairTrainConfig, log=None, out: str | Path | None = None) -> PairRun:
+def train_pairs(cfg: PairTrainConfig, log=None, out: str | Path | None = None, overwrite: bool = False) -> PairRun:
     """Train one model (deterministic for a seed) with exactlens's loop; history has one record per
     loss evaluation (LBFGS line-search trials included), with the iteration it belongs to. With
     ``out``, the run is written there as ``exactlens train`` writes one (config, weights, history,
-    run.json)."""
+    run.json), as one new directory (refused if it exists and is not empty, unless ``overwrite``)."""
     start = time.perf_counter()
     spec = pair_preset(cfg).spec({})
-    run = fit(spec, [cfg.seed], [None if out is None else Path(out)], progress=log)[0]
+    run = fit_into(spec, [cfg.seed], out, progress=log, overwrite=overwrite)[0]
     history = [{"evaluation": r["step"], "iteration": r["epoch"], "mse": r["train_mse"]} for r in run.history]
     streams = seed_generators(cfg.seed)  # the loop's streams: the same training and test words
     task = spec.task
@@ -362,14 +363,25 @@ def train_grid(
     grid: tuple[tuple[str, str], ...] = GRID,
     processes: int = 1,
     out: str | None = None,
+    overwrite: bool = False,
     **options: Any,
 ) -> list[dict[str, Any]]:
     """Train every (system, flavour) of the grid for seeds 0..seeds-1; one record per run
-    (summary(), plus the checkpoint folder when out is given). processes > 1 uses a
-    process pool (one torch thread each)."""
+    (summary(), plus the checkpoint folder when out is given; ``out`` appears, complete, when the
+    grid is done). processes > 1 uses a process pool (one torch thread each)."""
     jobs = [({**options, "system": s, "flavour": f, "seed": seed}, out) for s, f in grid for seed in range(seeds)]
     for job, _ in jobs:  # bad options fail here, before any work
         PairTrainConfig(**job)
+    if out is None:
+        return _run_jobs(jobs, processes)
+    with staged(out, overwrite=overwrite, what="grid output") as tmp:
+        records = _run_jobs([(job, str(tmp)) for job, _ in jobs], processes)
+    for record in records:
+        record["checkpoint"] = str(Path(out) / Path(record["checkpoint"]).relative_to(tmp))
+    return records
+
+
+def _run_jobs(jobs: list[tuple[dict[str, Any], str | None]], processes: int) -> list[dict[str, Any]]:
     if processes <= 1:
         return [_one_run(job) for job in jobs]
     import multiprocessing
