@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from exactlens.analysis.hull import selectable_keys
-from exactlens.analysis.verify import verify
+from exactlens.analysis.verify import precision, verify
 from exactlens.cli import main
 from exactlens.constructions import get
 from exactlens.errors import ExactLensError
@@ -328,6 +328,8 @@ def test_impossible_sizes_are_refused_up_front():
     start = time.perf_counter()
     with pytest.raises(ExactLensError, match="work limit"):
         verify("parity", [10_000_000], strings=1)
+    with pytest.raises(ExactLensError, match="work limit"):  # each length alone would pass the per-call check
+        precision("parity", max_length=300_000)
     with pytest.raises(ExactLensError, match="memory limit"):
         ExactTransformer(ExactConfig(d_model=200_000, n_layers=2, n_heads=1, d_mlp=800_000, d_vocab=3))
     with pytest.raises(ExactLensError, match="work limit"):

@@ -130,3 +130,13 @@ def write_text(path: str | Path, text: str, *, overwrite: bool = False, what: st
     with staged(path, overwrite=overwrite, kind="file", what=what) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+def save_figure(fig, path: str | Path, *, overwrite: bool = True, **savefig_kwargs) -> Path:
+    """``fig.savefig`` in one step (the format from the path's suffix). Figures are building blocks of
+    reports and notebooks, which re-draw their own files: they replace an existing file by default
+    (atomically); pass ``overwrite=False`` to refuse one."""
+    path = Path(path)
+    with staged(path, overwrite=overwrite, kind="file", what="figure") as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", **savefig_kwargs)
+    return path

@@ -58,16 +58,26 @@ def test_nothing_is_fetched_from_the_network(report: Path) -> None:
             assert "unpkg.com" not in text and "cdn.jsdelivr" not in text
 
 
-def test_attention_pages_inline_circuitsvis(report: Path) -> None:
-    pages = sorted((report / "attention").glob("*.html"))
+def test_attention_pages_share_one_circuitsvis_bundle(report: Path) -> None:
+    """circuitsvis's JavaScript (~1.3 MB) is in the report once, assets/circuitsvis.js, loaded by every
+    attention page with a relative classic <script src> (offline, file:// safe)."""
+    bundle = report / "assets" / "circuitsvis.js"
+    assert bundle.stat().st_size > 1_000_000 and "var CircuitsVis=" in bundle.read_text(encoding="utf-8")
+    pages = sorted((report / "attention").rglob("*.html"))
     assert set(names()) <= {p.stem for p in pages}  # one per construction (other sections add more)
     for page in pages:
         text = page.read_text(encoding="utf-8")
-        assert len(text) > 100_000  # the inlined bundle is about 1.3 MB
-        assert "var CircuitsVis=" in text and "CircuitsVis.AttentionPatterns" in text
-        assert not re.search(r"<script[^>]*\bsrc=", text)
-        assert text.count("</script>") == 1  # the bundle once, then one render call per layer
+        assert len(text) < 200_000, f"{page}: the bundle must not be inlined"
+        sources = re.findall(r'<script[^>]*\bsrc="([^"]+)"', text)
+        assert len(sources) == 1 and (page.parent / sources[0]).resolve() == bundle.resolve(), (page, sources)
+        assert "CircuitsVis.AttentionPatterns" in text
         assert text.count("CircuitsVis.render(") == text.count("<h2>Layer ")
+
+
+def test_the_quick_report_is_small(report: Path) -> None:
+    """Issue 16: the quick report at most 5 MB (it was ~40 MB with the bundle inlined in every view)."""
+    total = sum(p.stat().st_size for p in report.rglob("*") if p.is_file())
+    assert total <= 5 * 2**20, f"quick report is {total / 2**20:.1f} MiB"
 
 
 def test_pngs_are_png_files(report: Path) -> None:

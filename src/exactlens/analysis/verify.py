@@ -20,11 +20,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from exactlens import tasks
 from exactlens.constructions.registry import Construction, get
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.resources import check_work
 from exactlens.tasks import kinds
 from exactlens.tasks.decisions import Reader
 
@@ -64,10 +66,17 @@ def log_grid(max_length: int, points_per_decade: int = 8, start: int = 1) -> lis
     return sorted(v for v in values if start <= v <= max_length)
 
 
+READOUT_ONLY_FROM = 8192
+
+
 @torch.no_grad()
 def outputs_of(model: ExactTransformer, tokens: torch.Tensor, n_positions: torch.Tensor | None = None) -> torch.Tensor:
-    """The model's readout, computed in chunks that keep attention memory bounded."""
-    return model.readout(tokens, n_positions, max_score_bytes=ATTENTION_MEMORY_BUDGET)
+    """The model's readout, computed in chunks that keep attention memory bounded. From
+    READOUT_ONLY_FROM positions on, the last layer is computed at the readout position only (the same
+    outputs; half the [query, key] work of a two-layer model; shorter inputs keep the full pass, so
+    every figure measured below that length is unchanged to the last bit)."""
+    only = model.cfg.readout != "per_position" and tokens.shape[1] >= READOUT_ONLY_FROM
+    return model.readout(tokens, n_positions, max_score_bytes=ATTENTION_MEMORY_BUDGET, readout_only=only)
 
 
 def readout_logits(model: ExactTransformer, tokens: torch.Tensor) -> torch.Tensor:
@@ -122,6 +131,13 @@ def evaluate_words(reader: Reader, model: ExactTransformer, ids: torch.Tensor) -
     return row
 
 
+def check_request(model: ExactTransformer, task: tasks.Task, lengths: Iterable[int], words: int, what: str) -> None:
+    """Refuse, before any work, a request whose total arithmetic (``words`` per length, each length's
+    forward passes) is beyond the work limit (exactlens.resources)."""
+    total = sum(model.forward_operations(words, n + task.n_specials) for n in lengths)
+    check_work(total, what, "use fewer --strings, fewer lengths or shorter ones")
+
+
 def verify_model(
     model: ExactTransformer,
     lengths: Iterable[int],
@@ -138,8 +154,10 @@ def verify_model(
     if isinstance(strings, bool) or not isinstance(strings, int) or strings < 1:
         raise ExactLensError(f"strings must be an integer >= 1, got {strings!r}")
     reader = tasks.reader(model, task)
+    lengths = list(lengths)
+    check_request(model, reader.task, lengths, strings, f"verifying {len(lengths)} lengths x {strings} words")
     results = []
-    for length in lengths:
+    for length in tqdm(lengths, desc="verify", unit="length", disable=None, leave=False):
         if construction is not None:
             construction.check_length(length, model)
         reader.task.check_length(length)
@@ -198,6 +216,9 @@ def _check_length(
     return out
 
 
+HARD_WORDS_BOUND = 128  # hard words per length join the sampled ones (work estimate; PALINDROME has ~100)
+
+
 def precision(
     name: str,
     dtype: str = "float32",
@@ -229,10 +250,12 @@ def precision(
                       | set(log_grid(max_length, 16, start=32) if max_length > 32 else []))
     else:
         grid = sorted(set(lengths))
+    check_request(model, reader.task, grid, strings + HARD_WORDS_BOUND,
+                  f"checking {len(grid)} lengths up to {max(grid)} x {strings} words")
     checked: dict[int, dict[str, Any]] = {}
     first_failure = None
     last_pass = low - 1
-    for length in grid:
+    for length in tqdm(grid, desc="precision", unit="length", disable=None, leave=False):
         checked[length] = _check_length(construction, reader, model, length, strings, seed)
         if checked[length]["errors"]:
             first_failure = length

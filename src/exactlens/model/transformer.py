@@ -104,11 +104,17 @@ class ExactTransformer(HookedRootModule):
         resid_bytes = batch * n_pos * width * item * (cfg.n_layers if hooked else 1)
         return mask_bytes + score_bytes + resid_bytes + batch * n_pos * 8
 
+    def forward_operations(self, batch: int, n_pos: int) -> float:
+        """Arithmetic of one forward pass on [batch, n_pos] (multiply-adds counted once): attention's
+        [query, key] work plus the position-wise maps. What the work limit is checked against."""
+        cfg = self.cfg
+        attention = cfg.n_heads * n_pos * n_pos * (2 * cfg.d_head + 8)
+        positionwise = n_pos * cfg.d_model * (4 * cfg.n_heads * cfg.d_head + 2 * cfg.d_mlp)
+        return float(cfg.n_layers * batch * (attention + positionwise))
+
     def check_forward_memory(self, batch: int, n_pos: int, padded: bool = False) -> None:
         """Refuse (ExactLensError) a forward pass whose forward_bytes exceed the memory limit."""
-        cfg = self.cfg
-        attention_ops = cfg.n_layers * batch * cfg.n_heads * n_pos * n_pos * (2 * cfg.d_head + 8)
-        check_work(attention_ops, f"a forward pass on {batch} x {n_pos} tokens (attention alone)",
+        check_work(self.forward_operations(batch, n_pos), f"a forward pass on {batch} x {n_pos} tokens",
                    "use shorter lengths or fewer words")
         if self.forward_bytes(batch, n_pos, padded, hooked=True) <= memory_limit():  # the usual, cheap case
             return

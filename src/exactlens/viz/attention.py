@@ -3,12 +3,16 @@
 Both read ``blocks.{l}.attn.hook_pattern`` [batch, head, query, key] from
 ``run_with_cache``. The circuitsvis page inlines circuitsvis's JavaScript
 (``RenderedHTML.local_src``), so it renders without a network; the bundle is
-included once and renders one ``AttentionPatterns`` view per layer.
+included once and renders one ``AttentionPatterns`` view per layer. With ``bundle_dir`` the bundle
+(~1.3 MB, an IIFE defining the global ``CircuitsVis``) is written once to
+``bundle_dir/circuitsvis.js`` and pages load it with a classic ``<script src>`` (module scripts
+cannot be loaded from file:// URLs), so a report of many views carries it once.
 """
 
 from __future__ import annotations
 
 import html
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +21,7 @@ import torch
 
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.outputs import save_figure, write_text
 
 # local_src is '<div id="ID" .../>' then one module script: the bundle, then
 # 'CircuitsVis.render("ID", CircuitsVis.AttentionPatterns, {...})'.
@@ -60,9 +65,13 @@ def _open_div(src: str) -> str:
     return re.sub(r"^(\s*<div\b[^>]*?)\s*/>", r"\1></div>", src, count=1)
 
 
-def _combine(views: list[tuple[str, str]]) -> str:
-    """(heading HTML, local_src) per view -> body HTML with the bundle included once.
-    Falls back to each view's own local_src when its layout is not the expected one."""
+BUNDLE_FILE = "circuitsvis.js"
+
+
+def _combine(views: list[tuple[str, str]], page: Path | None = None, bundle_dir: Path | None = None) -> str:
+    """(heading HTML, local_src) per view -> body HTML with the bundle included once (inline, or with
+    ``bundle_dir`` from a shared file next to ``page``'s folder). Falls back to each view's own
+    local_src when its layout is not the expected one."""
     parsed = [_LOCAL_SRC.match(src) for _, src in views]
     bodies = [m.group("body") if m else "" for m in parsed]
     cuts = [b.rfind(_RENDER_CALL) for b in bodies]
@@ -71,13 +80,22 @@ def _combine(views: list[tuple[str, str]]) -> str:
         divs = [f'{heading}\n<div id="{html.escape(m.group("id"))}" style="margin: 15px 0;"></div>'
                 for (heading, _), m in zip(views, parsed, strict=True)]
         calls = "\n".join(b[c:].strip() for b, c in zip(bodies, cuts, strict=True))
-        return "\n".join(divs) + f'\n<script type="module">\n{bundles.pop()}\n{calls}\n</script>'
+        bundle = bundles.pop()
+        if bundle_dir is None or page is None:
+            return "\n".join(divs) + f'\n<script type="module">\n{bundle}\n{calls}\n</script>'
+        shared = Path(bundle_dir) / BUNDLE_FILE
+        if not shared.exists() or shared.read_text(encoding="utf-8") != bundle:
+            write_text(shared, bundle, overwrite=True, what="circuitsvis bundle")
+        src = Path(os.path.relpath(shared, page.parent)).as_posix()
+        return ("\n".join(divs) + f'\n<script src="{html.escape(src)}"></script>\n'
+                f"<script>\n{calls}\n</script>")
     return "\n".join(f"{heading}\n<section>{_open_div(src)}</section>" for heading, src in views)
 
 
 def attention_view(model: ExactTransformer, tokens: torch.Tensor | Sequence[int], path: str | Path,
-                   title: str) -> Path:
-    """Write a standalone, offline circuitsvis page with every layer's heads; return its path."""
+                   title: str, bundle_dir: str | Path | None = None) -> Path:
+    """Write an offline circuitsvis page with every layer's heads; return its path. Standalone (the
+    JavaScript inlined) unless ``bundle_dir`` names a folder shared by several pages (see above)."""
     from circuitsvis.attention import attention_patterns as cv_attention_patterns
 
     labels = token_labels(model, tokens)
@@ -95,9 +113,9 @@ def attention_view(model: ExactTransformer, tokens: torch.Tensor | Sequence[int]
         f"<h1>{html.escape(title)}</h1>\n"
         f"<p>Tokens: <code>{html.escape(' '.join(labels))}</code>. Rows are queries, columns keys; "
         "hover a head to see its pattern.</p>\n"
-        f"{_combine(views)}\n</body>\n</html>\n"
+        f"{_combine(views, path, None if bundle_dir is None else Path(bundle_dir))}\n</body>\n</html>\n"
     )
-    path.write_text(page, encoding="utf-8")
+    write_text(path, page, overwrite=True, what="attention page")  # a building block: re-drawn in place
     return path
 
 
@@ -135,6 +153,6 @@ def attention_heatmap(model: ExactTransformer, tokens: torch.Tensor | Sequence[i
     fig.suptitle(title, fontsize=10)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
     plt.close(fig)
     return path

@@ -232,10 +232,11 @@ def diff_html(result: dict[str, Any], views: tuple[str, str] | None = None) -> s
 
 
 def attention_views(
-    result: dict[str, Any], trained: Any, folder: Path, word_length: int = 8
+    result: dict[str, Any], trained: Any, folder: Path, word_length: int = 8, bundle_dir: Path | None = None
 ) -> tuple[Path, Path] | None:
-    """Write circuitsvis pages of both models on one word into ``folder``; None if the trained model
-    is not an ExactTransformer (the views read cfg.vocab)."""
+    """Write circuitsvis pages of both models on one word into ``folder``, loading circuitsvis's
+    JavaScript from ``bundle_dir`` (default: ``folder``; a report passes its shared assets folder);
+    None if the trained model is not an ExactTransformer (the views read cfg.vocab)."""
     from exactlens.analysis.diff import resolve_trained
     from exactlens.constructions import get
     from exactlens.model import ExactTransformer
@@ -252,8 +253,9 @@ def attention_views(
     tokens = lang.encode(ids).tokens[0]
     word = lang.decode(ids)[0]
     folder.mkdir(parents=True, exist_ok=True)
-    t = attention_view(model, tokens, folder / "trained_attention.html", f"trained model on w = {word}")
-    e = attention_view(exact, tokens, folder / "exact_attention.html", f"{construction.name} on w = {word}")
+    shared = folder if bundle_dir is None else bundle_dir
+    t = attention_view(model, tokens, folder / "trained_attention.html", f"trained model on w = {word}", shared)
+    e = attention_view(exact, tokens, folder / "exact_attention.html", f"{construction.name} on w = {word}", shared)
     return t, e
 
 

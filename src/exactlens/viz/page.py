@@ -4,7 +4,8 @@ index.html is a list of :class:`Section`s. Each comes from a *section builder*, 
 ``(ReportContext) -> list[Section]`` registered with :func:`register_section` (the generic
 sections in exactlens.viz.sections, a paper's from its plug-in); the page shows them in the
 order of their ``order`` number. Builders write their assets next to the page through the
-context: attention/*.html (circuitsvis, JavaScript inlined), figures/*.png, data/*.json.
+context: attention/*.html (circuitsvis; its JavaScript once, in assets/circuitsvis.js), figures/*.png,
+data/*.json.
 Nothing is loaded from the network. Every text in the page is escaped with html.escape;
 progress goes to stderr. A builder that fails does not take the page down: its error is
 shown in the page and recorded in data/report.json.
@@ -92,6 +93,11 @@ class ReportContext:
         folder = self.out_dir / kind
         folder.mkdir(parents=True, exist_ok=True)
         return folder / filename
+
+    @property
+    def bundle_dir(self) -> Path:
+        """Where the report's attention pages share circuitsvis's JavaScript (written once)."""
+        return self.out_dir / "assets"
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.out_dir).as_posix()

@@ -14,6 +14,7 @@ import torch
 
 from exactlens import tasks
 from exactlens.constructions import get
+from exactlens.outputs import save_figure
 from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, register_section, slug, table
 
 # ---- builder: overview ---------------------------------------------------------------
@@ -180,7 +181,7 @@ def _precision_plot(ctx: ReportContext, name: str, results: dict[str, dict[str, 
     ax.legend(fontsize="small")
     fig.tight_layout()
     path = ctx.asset("figures", f"precision-{slug(name)}.png")
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
     plt.close(fig)
     return path
 
@@ -192,7 +193,7 @@ def _attention_and_residual_html(ctx: ReportContext, name: str, record: dict[str
     model = get(name).make()
     word, tokens = _example_tokens(ctx, name, model)
     title = f"{name} on w = {word}"
-    view = attention_view(model, tokens, ctx.asset("attention", f"{slug(name)}.html"), title)
+    view = attention_view(model, tokens, ctx.asset("attention", f"{slug(name)}.html"), title, ctx.bundle_dir)
     preview = attention_heatmap(model, tokens, ctx.asset("attention", f"{slug(name)}.png"), title)
     patterns = attention_patterns(model, tokens)
     labels = token_labels(model, tokens)

@@ -55,7 +55,8 @@ def trained_diff_section(ctx: ReportContext, spec: TrainedDiff) -> Section:
         result = diff(run.model, spec.against, params=spec.params or None, lengths=list(spec.lengths),
                       strings=strings, das_steps=spec.das_steps, alignment_pairs=strings)
         data = ctx.write_json(f"{spec.anchor}.json", result)
-        views = attention_views(result, run.model, ctx.out_dir / "attention" / spec.anchor)
+        views = attention_views(result, run.model, ctx.out_dir / "attention" / spec.anchor,
+                                bundle_dir=ctx.bundle_dir)
         links = (ctx.rel(views[0]), ctx.rel(views[1])) if views is not None else None
         cfg = run.model.cfg
         intro = (

@@ -15,6 +15,7 @@ import numpy as np
 
 from exactlens.analysis.hull_random import DEFAULT_DS, DEFAULT_NS, random_keys
 from exactlens.errors import ExactLensError
+from exactlens.outputs import save_figure
 
 fig1_data = random_keys  # Fig. 1c/1d's grid: exactlens.analysis.hull_random (the hull verb's default)
 
@@ -52,7 +53,7 @@ def plot_fig1(data: dict[str, Any], path: str | Path) -> Path:
                 v = values[i, j]
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color="white" if v > 0.5 else "black")
     fig.colorbar(image, ax=axes, label=f"mean fraction of unselectable keys ({data.get('trials', '?')} trials)")
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -103,6 +104,6 @@ def plot_tables(result: dict[str, Any], path: str | Path) -> Path:
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize="x-small")
     axes[0][0].set_ylabel("% unselectable keys")
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from exactlens.errors import ExactLensError
+from exactlens.outputs import save_figure
 from exactlens.train import train
 
 __all__ = ["BENCH_OPTIONS", "majority_data", "plot_majority", "report_options", "steps_to"]
@@ -159,6 +160,6 @@ def plot_majority(data: dict[str, Any], path: str | Path) -> Path:
     for ax in (acc_ax, ang_ax):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

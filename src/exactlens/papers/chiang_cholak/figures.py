@@ -56,6 +56,7 @@ from exactlens.analysis.verify import log_grid, outputs_of, verify, words_for_le
 from exactlens.constructions.registry import get
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.outputs import save_figure
 from exactlens.tasks import Parity, kinds
 
 LANGUAGES = ("PARITY", "FIRST")
@@ -433,7 +434,7 @@ def plot_fig2(data: dict[str, Any], path: str | Path) -> Path:
     fig.suptitle(f"Exact solutions: {data['strings']} random strings per length, {data['dtype']}, "
                  f"Prop. 2 eta = {data['eta']} bits")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -461,6 +462,6 @@ def plot_fig3(data: dict[str, Any], path: str | Path) -> Path:
     low, high = data["lengths"]
     top.set_title(f"PARITY with layer norm (eps = 0): {data['strings']} random strings, |w| uniform in [{low}, {high}]")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -149,7 +149,8 @@ def diff_sections(ctx: ReportContext) -> list[Section]:
         result = diff(run.model, "first", lengths=list(s["lengths"]), strings=s["strings"], das_steps=60,
                       alignment_pairs=s["strings"])
         data = ctx.write_json("diff-first.json", result)
-        t, e = attention_views(result, run.model, ctx.out_dir / "attention" / "diff-first") or (None, None)
+        t, e = attention_views(result, run.model, ctx.out_dir / "attention" / "diff-first",
+                                       bundle_dir=ctx.bundle_dir) or (None, None)
         views = (ctx.rel(t), ctx.rel(e)) if t is not None else None
         intro = (
             f"<p>A FIRST model trained for {s['epochs']} epochs (Chiang &amp; Cholak §5.1 architecture: 2 "

@@ -83,7 +83,7 @@ def _example_html(ctx: ReportContext, name: str, params: dict[str, Any], words: 
     tokens = lang.encode(torch.tensor(lang.to_ids(words[:1]), dtype=torch.long)).tokens[0]
     stem = f"examples-{slug(_label(name, params))}"
     title = f"{_label(name, params)} on {words[0]}"
-    view = attention_view(model, tokens, ctx.asset("attention", f"{stem}.html"), title)
+    view = attention_view(model, tokens, ctx.asset("attention", f"{stem}.html"), title, ctx.bundle_dir)
     png = attention_heatmap(model, tokens, ctx.asset("attention", f"{stem}.png"), title)
     outputs = ", ".join(model.cfg.metadata.get("cookbook", {}).get("outputs", [])) or "see the readout"
     parts.append(table(["word", f"read-out values ({outputs})", "decision", "target"], rows))

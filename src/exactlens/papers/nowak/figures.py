@@ -17,6 +17,7 @@ import torch
 
 from exactlens.analysis.verify import verify
 from exactlens.errors import ExactLensError
+from exactlens.outputs import save_figure
 
 FIG2_CONSTRUCTIONS = ("palindrome", "palindrome-robust")
 FIG2_DTYPES = ("float32", "float64")
@@ -101,7 +102,7 @@ def plot_fig2(data: dict[str, Any], path: str | Path) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower left", fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from exactlens.outputs import save_figure
 from exactlens.papers.shin_matzinger import constructions as sm
 from exactlens.papers.shin_matzinger.pairlogic import VERDICT_RULE, analyse, category_qk, check_construction, consensus
 from exactlens.papers.shin_matzinger.task import make_q
@@ -34,7 +35,7 @@ def _heatmaps(path, panels: list[tuple[str, torch.Tensor]]):
         ax.set_ylabel("key category s (X_(i-1))" if "QK" in title else "category a (X_(i-1))", fontsize=8)
         fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
 
