@@ -200,3 +200,23 @@ def test_an_outside_request_is_caught(browser, report: Path, tmp_path: Path) -> 
             visit.close()
     finally:
         bad.unlink()
+
+
+def test_no_horizontal_overflow_at_1280_px(browser, report: Path) -> None:
+    """Issue 16: at a 1280 px wide window no page of the report scrolls sideways (wide tables scroll
+    inside themselves). The index and one page of each kind (attention view, trained-vs-exact views)."""
+    pages = [report / "index.html", *sorted((report / "attention").glob("*.html"))[:3],
+             *sorted((report / "attention").glob("*/*.html"))[:2]]
+    visit = PageVisit(browser, report)
+    try:
+        visit.page.set_viewport_size({"width": 1280, "height": 900})
+        wide = []
+        for page in pages:
+            visit.open(page)
+            width = visit.page.evaluate("() => document.documentElement.scrollWidth")
+            if width > 1280:
+                wide.append(f"{page.relative_to(report)}: {width} px")
+        assert wide == []
+    finally:
+        visit.close()
+

@@ -179,3 +179,11 @@ def test_a_trained_vs_exact_diff_per_task_kind(report: Path, anchor: str) -> Non
     assert data["alignment"] and data["summary"]["mean_das_iia_changed"] is not None
     iia_cells = re.findall(r"k=\d", section)
     assert len(iia_cells) >= len(data["alignment"])  # one cell per (variable, site) row
+
+
+def test_the_index_links_every_page_and_says_how_it_was_made(report: Path) -> None:
+    index = (report / "index.html").read_text(encoding="utf-8")
+    for page in report.rglob("*.html"):
+        if page.name != "index.html":
+            assert f'href="{page.relative_to(report).as_posix()}"' in index, page
+    assert "Made by <code>" in index and "exactlens 0." in index and " UTC" in index

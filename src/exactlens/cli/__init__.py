@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from exactlens import __version__
 from exactlens.cli import diff, hull, listing, precision, report, train, verify  # noqa: F401  (core verbs)
 from exactlens.cli.registry import VERBS, Verb, register_verb
 from exactlens.errors import ExactLensError
@@ -18,6 +19,7 @@ __all__ = ["Verb", "build_parser", "main", "register_verb"]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="exactlens", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks (for bug reports)")
+    parser.add_argument("--version", action="version", version=f"exactlens {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for verb in sorted(VERBS.values(), key=lambda v: (v.order, v.name)):
         p = sub.add_parser(verb.name, help=verb.help, description=verb.description or verb.help)

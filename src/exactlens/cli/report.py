@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from exactlens.cli.registry import Verb, register_verb
 from exactlens.viz.page import build_report
 
 
 def run(args: argparse.Namespace) -> None:
-    print(build_report(args.names or None, args.out, quick=args.quick, overwrite=args.overwrite))
+    command = shlex.join(["exactlens", "report", *args.names, "--out", args.out]
+                         + ["--quick"] * args.quick + ["--overwrite"] * args.overwrite)
+    print(build_report(args.names or None, args.out, quick=args.quick, overwrite=args.overwrite, command=command))
 
 
 def arguments(p: argparse.ArgumentParser) -> None:

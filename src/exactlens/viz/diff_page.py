@@ -18,10 +18,12 @@ from exactlens.outputs import check_output, staged, write_text
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1200px; padding: 1em 2em; color: #222; }
-table { border-collapse: collapse; margin: .5em 0 1em; font-size: .85em; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .85em; display: block; max-width: 100%;
+        overflow-x: auto; }
+img, svg { max-width: 100%; height: auto; } code { overflow-wrap: anywhere; }
 th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; }
 th { background: #f4f4f4; } td.l { text-align: left; }
-.pair { display: flex; gap: 1em; } .pair > div { flex: 1; }
+.pair { display: flex; gap: 1em; } .pair > div { flex: 1; min-width: 0; }
 iframe { width: 100%; height: 560px; border: 1px solid #ddd; }
 code { background: #f3f3f3; padding: 0 .2em; }
 """

@@ -13,6 +13,7 @@ shown in the page and recorded in data/report.json.
 
 from __future__ import annotations
 
+import datetime
 import html
 import math
 import re
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 
+from exactlens import __version__
 from exactlens.constructions import get
 from exactlens.constructions import names as registered_names
 from exactlens.jsonio import dumps
@@ -201,9 +203,12 @@ body { font-family: system-ui, -apple-system, sans-serif; margin: 0 auto; max-wi
        color: #222; line-height: 1.4; }
 h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; } h3 { margin-top: 1.2em; }
 nav ul { columns: 3; font-size: .9em; }
-table { border-collapse: collapse; margin: .5em 0 1em; font-size: .85em; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .85em; display: block; max-width: 100%;
+        overflow-x: auto; }
 th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; }
 th { background: #f4f4f4; } td:nth-child(2) { text-align: left; }
+pre, code { overflow-wrap: anywhere; } pre { overflow-x: auto; } img, svg { max-width: 100%; height: auto; }
+.side > * { min-width: 0; max-width: 100%; }
 caption { text-align: left; font-weight: bold; }
 .side { display: flex; gap: 2em; flex-wrap: wrap; align-items: flex-start; }
 pre.doc { background: #f8f8f8; padding: .5em; white-space: pre-wrap; font-size: .85em; }
@@ -247,11 +252,13 @@ def build_report(
     builders: Sequence[SectionBuilder] | None = None,
     threads: int | None = 1,
     overwrite: bool = False,
+    command: str | None = None,
 ) -> Path:
     """Write out_dir/index.html and its assets for the given constructions (default: all
     registered); return the path of index.html. ``out_dir`` is written as one new directory that
     appears only when the report is complete; an existing non-empty one is refused unless
-    ``overwrite`` (then replaced as a whole, never mixed with the new pages).
+    ``overwrite`` (then replaced as a whole, never mixed with the new pages). ``command``: how the
+    report was asked for, shown on the index with the version and time (default: this call).
 
     ``threads``: torch threads while building (None: as set). The default is one: the
     work is many small tensor operations, for which more threads cost more in
@@ -264,13 +271,27 @@ def build_report(
     with torch_threads(threads), staged(out_dir, overwrite=overwrite, what="report directory") as tmp:
         progress(f"report: {len(selected)} constructions -> {Path(out_dir) / 'index.html'}"
                  f"{' (quick)' if quick else ''}")
-        _build_report(selected, tmp, quick, builders)
+        made = {
+            "command": command or f"exactlens.viz.build_report({selected!r}, {str(out_dir)!r}, quick={quick})",
+            "version": __version__,
+            "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        }
+        _build_report(selected, tmp, quick, builders, made)
     index = Path(out_dir) / "index.html"
     progress(f"report: wrote {index}")
     return index
 
 
-def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequence[SectionBuilder] | None) -> None:
+def _pages_list(out: Path) -> str:
+    """Links to every page of the report but the index (attention views, diff pages)."""
+    pages = sorted(p for p in out.rglob("*.html") if p != out / "index.html")
+    items = "".join(f'<li><a href="{esc(p.relative_to(out).as_posix())}">{esc(p.relative_to(out).as_posix())}</a></li>'
+                    for p in pages)
+    return f"<details><summary>All {len(pages)} pages of this report</summary><ul>{items}</ul></details>"
+
+
+def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequence[SectionBuilder] | None,
+                  made: dict[str, str]) -> None:
     start = time.perf_counter()
     ctx = ReportContext(out_dir=out, names=selected, quick=quick, settings=QUICK if quick else FULL)
     sections: list[Section] = []
@@ -290,9 +311,11 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
             "timings": timings,
             "seconds": seconds,
             "errors": ctx.errors,
+            "made": made,
         },
     )
     footer = (
+        f"Made by <code>{esc(made['command'])}</code> (exactlens {esc(made['version'])}) at {esc(made['time'])}. "
         f"exactlens report, {len(selected)} constructions, built in {seconds:.1f} s"
         f"{' (quick settings)' if quick else ''}; "
         + esc(", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
@@ -300,5 +323,6 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
     )
     if ctx.errors:
         footer += f' <span class="error">{len(ctx.errors)} error(s); see data/report.json.</span>'
+    footer += _pages_list(out)
     (out / "index.html").write_text(render_page(sections, "exactlens report", footer), encoding="utf-8")
     progress(f"report: done in {seconds:.1f} s")
