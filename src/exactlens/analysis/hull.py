@@ -80,9 +80,9 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 import torch
-from tqdm.auto import tqdm
 
 from exactlens.errors import ExactLensError
+from exactlens.progress import bar
 from exactlens.resources import check_work
 
 __all__ = [
@@ -407,8 +407,8 @@ class _Solver:
             k = min(self.n - 1, self.d + 2)
             neighbours = self._nearest(undecided, k)
             pairs = zip(undecided.tolist(), neighbours, strict=True)
-            for i, nb in tqdm(pairs, total=undecided.size, desc="hull: keys left after screening", unit="key",
-                              disable=undecided.size < PROGRESS_FROM, leave=False):
+            for i, nb in bar(pairs, total=undecided.size, desc="hull: keys left after screening", unit="key",
+                             min_items=PROGRESS_FROM):
                 if self.state[i] == _UNDECIDED and not self._working_set(i, nb):
                     self.decide_by_lp(i)
 

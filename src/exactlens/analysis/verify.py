@@ -20,12 +20,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from exactlens import tasks
 from exactlens.constructions.registry import Construction, get
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.progress import bar
 from exactlens.resources import check_work
 from exactlens.tasks import kinds
 from exactlens.tasks.decisions import Reader
@@ -157,7 +157,7 @@ def verify_model(
     lengths = list(lengths)
     check_request(model, reader.task, lengths, strings, f"verifying {len(lengths)} lengths x {strings} words")
     results = []
-    for length in tqdm(lengths, desc="verify", unit="length", disable=None, leave=False):
+    for length in bar(lengths, desc="verify", unit="length"):
         if construction is not None:
             construction.check_length(length, model)
         reader.task.check_length(length)
@@ -255,7 +255,7 @@ def precision(
     checked: dict[int, dict[str, Any]] = {}
     first_failure = None
     last_pass = low - 1
-    for length in tqdm(grid, desc="precision", unit="length", disable=None, leave=False):
+    for length in bar(grid, desc="precision", unit="length"):
         checked[length] = _check_length(construction, reader, model, length, strings, seed)
         if checked[length]["errors"]:
             first_failure = length

@@ -12,6 +12,7 @@ from exactlens import __version__
 from exactlens.cli import diff, hull, listing, precision, report, train, verify  # noqa: F401  (core verbs)
 from exactlens.cli.registry import VERBS, Verb, register_verb
 from exactlens.errors import ExactLensError
+from exactlens.progress import set_quiet
 
 __all__ = ["Verb", "build_parser", "main", "register_verb"]
 
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="exactlens", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks (for bug reports)")
     parser.add_argument("--version", action="version", version=f"exactlens {__version__}")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars (they go to stderr, only to a terminal)")
     sub = parser.add_subparsers(dest="command", required=True)
     for verb in sorted(VERBS.values(), key=lambda v: (v.order, v.name)):
         p = sub.add_parser(verb.name, help=verb.help, description=verb.description or verb.help)
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)
+        set_quiet(args.quiet)
         args.func(args)
     except KeyboardInterrupt:
         if debug:

@@ -39,6 +39,7 @@ from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps
 from exactlens.model import ExactConfig, ExactTransformer, StackedRuns
 from exactlens.outputs import staged
+from exactlens.progress import bar
 from exactlens.tasks import kinds
 from exactlens.train.data import PAD_ID, Batch, sample_batch, split
 from exactlens.train.metrics import Metric
@@ -422,7 +423,8 @@ def _fit_adam(spec, seeds, gens, logs, progress):
     count = opts["strings_per_epoch"]
     start = time.perf_counter()
     step = 0
-    for epoch in range(1, opts["epochs"] + 1):
+    epochs = bar(range(1, opts["epochs"] + 1), desc=f"train {spec.name}", unit="epoch")
+    for epoch in epochs:
         per_run_parts = []
         for g in gens:
             batch = sample_batch(task, count, opts["train_length"], g["train"])
@@ -447,6 +449,8 @@ def _fit_adam(spec, seeds, gens, logs, progress):
             epoch_loss += losses.detach().double() * len(parts[0])
             epoch_correct += correct
         _check_finite_weights(spec, seeds, runs, step, epoch)
+        epochs.set_postfix(_bar_figures(spec, float(epoch_loss.mean()) / count,
+                                        float(epoch_correct.mean()) / count), refresh=False)
         every = opts["eval_every"]
         evaluating = epoch == opts["epochs"] or (every and epoch % every == 0)
         if evaluating:
@@ -466,6 +470,13 @@ def _fit_adam(spec, seeds, gens, logs, progress):
     runs.sync()
     wall = time.perf_counter() - start
     return [(models[r], histories[r], step, True, wall) for r in range(len(seeds))]
+
+
+def _bar_figures(spec: TrainSpec, loss: float, accuracy: float) -> dict[str, str]:
+    """The running figures in the training bar (mean over the runs of this epoch)."""
+    if spec.task.kind == "regression":
+        return {"mse": f"{loss:.4g}"}
+    return {"loss_bits": f"{loss / LN2:.4f}", "acc": f"{accuracy:.3f}"}
 
 
 def _check_finite_loss(spec: TrainSpec, seeds: list[int], losses: torch.Tensor, step: int, epoch: int) -> None:

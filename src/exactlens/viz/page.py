@@ -34,6 +34,7 @@ from exactlens.constructions import names as registered_names
 from exactlens.jsonio import dumps
 from exactlens.outputs import staged
 from exactlens.plugins import Registry
+from exactlens.progress import bar
 
 # ---- sections and the context builders share ----------------------------------------
 
@@ -296,7 +297,8 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
     ctx = ReportContext(out_dir=out, names=selected, quick=quick, settings=QUICK if quick else FULL)
     sections: list[Section] = []
     timings: dict[str, float] = {}
-    for builder in section_builders() if builders is None else builders:
+    chosen = section_builders() if builders is None else list(builders)
+    for builder in bar(chosen, desc="report sections", unit="section"):
         t0 = time.perf_counter()
         sections += builder(ctx)
         timings[builder.__name__] = time.perf_counter() - t0

@@ -48,6 +48,7 @@ from exactlens.analysis.diff.interventions import _patched_outputs
 from exactlens.analysis.diff.runs import LengthRun, Side
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
+from exactlens.progress import bar
 from exactlens.tasks import kinds
 
 DETERMINED = 0.99  # a variable whose counterfactual is the source's own answer on this share of pairs
@@ -421,7 +422,7 @@ def alignment_table(
     determined = [source_determined(task, train, i) for i in range(len(variables))]
     cells = [(i, positions_of(v, determined[i], per_position)) for i, v in enumerate(variables)]
     rows: list[dict[str, Any]] = []
-    for g, site in enumerate(sites):
+    for g, site in enumerate(bar(sites, desc="DAS sites", unit="site")):
         fits = [Fit(i, k, pos) for i, pos in cells for k in range(1, max_dim + 1)]
         projector = fit_group(task, trained, site, fits, train, settings, gen)
         val_scores = score_group(task, trained, site, fits, val, projector)
