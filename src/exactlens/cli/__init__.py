@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from exactlens import __version__
 from exactlens.cli import diff, hull, listing, precision, report, train, verify  # noqa: F401  (core verbs)
 from exactlens.cli.registry import VERBS, Verb, register_verb
 from exactlens.errors import ExactLensError
 from exactlens.progress import set_quiet
+from exactlens.version import __version__
 
 __all__ = ["Verb", "build_parser", "main", "register_verb"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +260,51 @@ class ExactTransformer(HookedRootModule):
         if self.cfg.readout != "sigmoid":
             raise ExactLensError(f"readout_logits needs readout='sigmoid', this model has {self.cfg.readout!r}")
         return self.readout(tokens, n_positions)
+
+    # ---- TransformerLens habits: tokens through the model's task ---------------------------
+
+    def _task(self) -> Any:
+        from exactlens.tasks import of_model
+
+        return of_model(self)
+
+    def to_tokens(self, words: str | Sequence[str | Sequence[str]]) -> torch.Tensor:
+        """Token ids [batch, pos] of words of the model's task (its tokenizer adds [CLS]/[EOS]; words of
+        different lengths are right-padded: use ``to_tokens_and_positions`` to get n_positions)."""
+        return self.to_tokens_and_positions(words)[0]
+
+    def to_tokens_and_positions(self, words: str | Sequence[str | Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens [batch, pos], n_positions [batch]): pass both to the model for padded batches."""
+        batch = self._task().tokenize([words] if isinstance(words, str) else list(words))
+        return batch.tokens, batch.n_positions
+
+    def to_str_tokens(self, tokens: str | torch.Tensor | Sequence[int]) -> list[str] | list[list[str]]:
+        """Token names (cfg.vocab) of one sequence [pos] (a list) or of a batch [batch, pos] (a list of
+        lists); a word is tokenized first."""
+        if isinstance(tokens, str):
+            tokens = self.to_tokens(tokens)[0]
+        tokens = torch.as_tensor(tokens)
+        vocab = self.cfg.vocab or tuple(str(i) for i in range(self.cfg.d_vocab))
+        if tokens.ndim == 2:
+            return [[vocab[int(t)] for t in row] for row in tokens]
+        return [vocab[int(t)] for t in tokens]
+
+    def to_string(self, tokens: torch.Tensor | Sequence[int]) -> str | list[str]:
+        """The word(s) the tokens spell, special tokens ([CLS], [EOS]) left out."""
+        specials = {name for name in (self.cfg.vocab or ()) if name.startswith("[")}
+        tokens = torch.as_tensor(tokens)
+        rows = tokens.unsqueeze(0) if tokens.ndim == 1 else tokens
+        joined = ["".join(t for t in row if t not in specials) for row in self.to_str_tokens(rows)]
+        return joined[0] if tokens.ndim == 1 else joined
+
+    def tokens_to_residual_directions(self, tokens: int | torch.Tensor | Sequence[int]) -> torch.Tensor:
+        """The residual-stream direction of each *output* (a column of W_U) [..., d_model]: what
+        ``ActivationCache.logit_attrs`` and direct logit attribution read. Outputs are the readout's
+        classes (index 0 is the single logit of a sigmoid readout), not input tokens."""
+        index = torch.as_tensor(tokens, dtype=torch.long)
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.cfg.d_vocab_out):
+            raise ExactLensError(f"outputs index the readout's {self.cfg.d_vocab_out} classes, got {index.tolist()}")
+        return self.W_U[:, index].movedim(0, -1)
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, ActivationCache]:
         """Like HookedRootModule.run_with_cache, with a TransformerLens ActivationCache."""

@@ -28,13 +28,13 @@ from typing import Any
 
 import torch
 
-from exactlens import __version__
 from exactlens.constructions import get
 from exactlens.constructions import names as registered_names
 from exactlens.jsonio import dumps
 from exactlens.outputs import staged
 from exactlens.plugins import Registry
 from exactlens.progress import bar
+from exactlens.version import __version__
 
 # ---- sections and the context builders share ----------------------------------------
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from exactlens.api import Result, View, register_api, register_view
 from exactlens.cli.common import emit
 from exactlens.cli.registry import Verb, register_verb
 from exactlens.constructions import get
@@ -164,6 +165,29 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def pairlogic(**options: Any) -> Result:
+    """``exactlens pairlogic`` as a function (``el.pairlogic``): the CLI's options as keywords
+    (``seeds=3``, ``system="solution2"``, ``check="sm-solution1"``, ``save=DIR``, ...)."""
+    parser = argparse.ArgumentParser(prog="pairlogic")
+    arguments(parser)
+    args = parser.parse_args([])
+    unknown = sorted(set(options) - set(vars(args)) - {"json"})
+    if unknown:
+        raise ExactLensError(f"pairlogic takes {sorted(k for k in vars(args) if k != 'json')}, not {unknown}")
+    for key, value in options.items():
+        setattr(args, key, value)
+    return Result("pairlogic", _check(args) if args.check else _verdicts(args))
+
+
+def _headline(result: dict[str, Any]) -> list[tuple[str, Any]]:
+    if "exact" in result:
+        return [("construction", result["name"]), ("exact", result["exact"]), ("max |error|", result["max_abs_error"])]
+    return [("runs", len(result["runs"])), ("verdict (weights)", result["consensus"]),
+            ("verdict (causal)", result["causal_consensus"])]
+
+
 def register_cli() -> None:
+    register_api("pairlogic", pairlogic)
+    register_view("pairlogic", View(_headline, _text))
     register_verb(Verb("pairlogic", "Shin & Matzinger: is the pair logic in attention or in the FFN?", arguments, run,
                        order=70))
