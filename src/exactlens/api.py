@@ -217,15 +217,22 @@ def _pyplot() -> Any:
     return plt
 
 
-def _plot_verify(data: dict[str, Any]) -> Any:
+def _per_length(rows: list[dict[str, Any]], field: str, ylabel: str, title: str, log: bool = False) -> Any:
+    """One figure: ``field`` of each row against its length |w|."""
     plt = _pyplot()
-    rows = data["results"]
     fig, ax = plt.subplots(figsize=(5, 3))
-    ax.plot([r["length"] for r in rows], [r["accuracy"] for r in rows], marker=".")
+    ax.plot([r["length"] for r in rows], [r[field] for r in rows], marker=".")
+    if log:
+        ax.set_xscale("log")
     ax.set_xlabel("|w|")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"{data['name']} ({data['dtype']})")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return fig
+
+
+def _plot_verify(data: Mapping[str, Any]) -> Any:
+    fig = _per_length(data["results"], "accuracy", "accuracy", f"{data['name']} ({data['dtype']})")
+    fig.axes[0].set_ylim(-0.02, 1.02)
     return fig
 
 
@@ -247,15 +254,9 @@ register_view("verify", View(
     _verify_text, _plot_verify))
 
 
-def _plot_precision(data: dict[str, Any]) -> Any:
-    plt = _pyplot()
-    rows = data["checked"]
-    fig, ax = plt.subplots(figsize=(5, 3))
-    ax.semilogx([r["length"] for r in rows], [r["errors"] for r in rows], marker=".")
-    ax.set_xlabel("|w|")
-    ax.set_ylabel("wrong words")
-    ax.set_title(f"{data['name']} ({data['dtype']}): exact up to {data['max_exact_length']}")
-    return fig
+def _plot_precision(data: Mapping[str, Any]) -> Any:
+    return _per_length(data["checked"], "errors", "wrong words",
+                       f"{data['name']} ({data['dtype']}): exact up to {data['max_exact_length']}", log=True)
 
 
 register_view("precision", View(
