@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,18 +37,6 @@ API: dict[str, Callable[..., Any]] = {}
 
 def register_view(kind: str, view: View) -> None:
     VIEWS[kind] = view
-
-
-class _CallableModule(types.ModuleType):
-    """A package that is also a verb: ``exactlens.train`` (the package) called runs ``el.train``."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.__dict__["__exactlens_verb__"](*args, **kwargs)
-
-
-def make_callable(module: types.ModuleType, verb: Callable[..., Any]) -> None:
-    module.__exactlens_verb__ = verb
-    module.__class__ = _CallableModule
 
 
 def register_api(name: str, function: Callable[..., Any]) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from exactlens.cli import diff, hull, listing, precision, report, train, verify  # noqa: F401  (core verbs)
 from exactlens.cli.registry import VERBS, Verb, register_verb
 from exactlens.errors import ExactLensError
 from exactlens.progress import set_quiet
@@ -17,7 +16,14 @@ from exactlens.version import __version__
 __all__ = ["Verb", "build_parser", "main", "register_verb"]
 
 
+def _load_core_verbs() -> None:
+    """The core's verbs register themselves when their modules are imported (here, not at import of
+    exactlens.cli, so that ``exactlens --version`` answers without loading torch)."""
+    from exactlens.cli import diff, hull, listing, precision, report, train, verify  # noqa: F401
+
+
 def build_parser() -> argparse.ArgumentParser:
+    _load_core_verbs()
     parser = argparse.ArgumentParser(prog="exactlens", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks (for bug reports)")
     parser.add_argument("--version", action="version", version=f"exactlens {__version__}")
@@ -54,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one verb. Exit status 0 on success, 2 with one line on stderr for bad input, a filesystem error
     or memory that is not there, 130 on Ctrl-C (outputs left as they were); ``--debug`` shows tracebacks."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--version"]:  # before any heavy import
+        print(f"exactlens {__version__}")
+        return 0
     debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)

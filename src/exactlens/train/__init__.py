@@ -10,6 +10,9 @@ Generic options and their meaning: exactlens.train.presets.OPTION_DOCS; a preset
 ``options``.
 """
 
+import sys
+
+from exactlens.callable_package import make_callable
 from exactlens.train.loop import HISTORY_FIELDS, KIND_FIELDS, TrainRun, evaluate, fit, fit_into, train, train_many
 from exactlens.train.metrics import Metric
 from exactlens.train.presets import (
@@ -28,3 +31,5 @@ __all__ = [
     "fit", "fit_into", "get_preset", "preset_names", "register_preset", "register_task_defaults", "train",
     "train_many",
 ]
+
+make_callable(sys.modules[__name__], "exactlens.api:train")  # el.train(...) runs the API verb

@@ -1,0 +1,21 @@
+"""A package that is also a verb: ``exactlens.train`` is the training package and, called, the API's
+``train`` verb (``import exactlens as el; el.train("first")``). The verb is named by a string and
+looked up when called, so the package does not import the API."""
+
+from __future__ import annotations
+
+import importlib
+import types
+from typing import Any
+
+
+class CallablePackage(types.ModuleType):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module, _, name = self.__dict__["__exactlens_verb__"].partition(":")
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+
+def make_callable(module: types.ModuleType, verb: str) -> None:
+    """Make ``module`` callable as ``verb`` ("package.module:function")."""
+    module.__exactlens_verb__ = verb
+    module.__class__ = CallablePackage
