@@ -186,21 +186,24 @@ def stacked_overhead(case: Case, calls: int) -> dict:
 
 
 class PaperLoopModel(torch.nn.Module):
-    """FIRST model as in the papers' description (Chiang & Cholak §5.1), PyTorch's own encoder layers."""
+    """FIRST model as in the papers' description (Chiang & Cholak §5.1), PyTorch's own encoder layers.
+    ``forward`` takes one word [pos] (the papers' loop) or a batch [batch, pos] (bench_vs_torch.py)."""
 
     def __init__(self, size: int = 16):
         super().__init__()
         self.word_embedding = torch.nn.Embedding(3, size)
         self.pos_adapter = torch.nn.Linear(1, size, bias=False)
-        layer = torch.nn.TransformerEncoderLayer(size, 1, dim_feedforward=4 * size, dropout=0.0, norm_first=False)
+        layer = torch.nn.TransformerEncoderLayer(size, 1, dim_feedforward=4 * size, dropout=0.0, norm_first=False,
+                                                 batch_first=True)
         self.encoder = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
         self.output_layer = torch.nn.Linear(size, 1)
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
-        is_first = (torch.arange(len(w)) == 1).float().unsqueeze(1)  # I[i = 1]
-        x = self.word_embedding(w) + self.pos_adapter(is_first)
-        y = self.encoder(x.unsqueeze(1)).squeeze(1)
-        return self.output_layer(y[0])[0]
+        words = w if w.ndim == 2 else w.unsqueeze(0)
+        is_first = (torch.arange(words.shape[1]) == 1).float().view(1, -1, 1)  # I[i = 1]
+        y = self.encoder(self.word_embedding(words) + self.pos_adapter(is_first))
+        logits = self.output_layer(y[:, 0])[:, 0]
+        return logits if w.ndim == 2 else logits[0]
 
 
 def paper_epochs(model: PaperLoopModel, optim: torch.optim.Optimizer, length: int, epochs: int,

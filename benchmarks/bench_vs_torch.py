@@ -1,0 +1,83 @@
+"""exactlens's training loop against a plain batched PyTorch loop of the same model, side by side.
+
+The baseline is what a user would write without exactlens: ``torch.nn.TransformerEncoder`` (the
+papers' FIRST shape: 2 post-LN layers, d_model 16, one head, FFN 64, ReLU, no dropout), a word
+embedding plus the I[i = 1] position feature, a linear readout at [CLS], binary cross-entropy, Adam
+lr 3e-4, one step per epoch of 100 fresh words (drawn with torch.randint, batched). exactlens runs
+``train("first", ...)`` with the same sizes, words per step, lengths and epochs (its hooks, checks,
+history records and fused kernels included; one evaluation on one word at the end). Rounds
+alternate which side runs first; the table gives median seconds per epoch and the ratio
+baseline / exactlens (>= 1.0: exactlens is not slower; goal >= 1.0x).
+
+Usage: PYTHONPATH=src python benchmarks/bench_vs_torch.py [--lengths 10,100] [--epochs 100] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+from bench_training import PaperLoopModel  # the same FIRST model; batched here
+
+from exactlens.train import train
+
+
+def plain_epochs(model: PaperLoopModel, optim: torch.optim.Optimizer, length: int, epochs: int,
+                 generator: torch.Generator) -> None:
+    for _ in range(epochs):
+        words = torch.randint(0, 2, (100, length), generator=generator)
+        tokens = torch.cat([torch.full((100, 1), 2), words], dim=1)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(tokens), (words[:, 0] == 1).float())
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        loss.item()
+
+
+def compare(length: int, epochs: int, rounds: int) -> dict[str, float]:
+    model = PaperLoopModel()
+    optim = torch.optim.Adam(model.parameters(), lr=3e-4)
+    generator = torch.Generator().manual_seed(0)
+    options = dict(epochs=epochs, strings_per_epoch=100, batch_size=100, train_length=length, eval_every=0,
+                   test_strings=1, test_length=1, lr=3e-4)
+    plain_epochs(model, optim, length, 2, generator)  # warm-up both
+    train("first", **dict(options, epochs=2))
+    times: dict[str, list[float]] = {"plain": [], "exactlens": []}
+    for r in range(rounds):
+        order = ["plain", "exactlens"] if r % 2 == 0 else ["exactlens", "plain"]
+        for side in order:
+            start = time.perf_counter()
+            if side == "plain":
+                plain_epochs(model, optim, length, epochs, generator)
+            else:
+                train("first", seed=r, **options)
+            times[side].append((time.perf_counter() - start) / epochs)
+    plain, ours = statistics.median(times["plain"]), statistics.median(times["exactlens"])
+    return {"length": length, "plain": plain, "exactlens": ours, "ratio": plain / ours,
+            "best": min(times["plain"]) / min(times["exactlens"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", default="10,100")
+    parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} thread(s), load average {os.getloadavg()[0]:.2f}; "
+          f"FIRST shape, 100 words per Adam step, {args.epochs} steps, median of {args.rounds} alternating rounds")
+    print("| \\|w\\| | plain PyTorch s/step | exactlens s/step | plain / exactlens | fastest rounds | goal |")
+    print("|---|---|---|---|---|---|")
+    for length in (int(v) for v in args.lengths.split(",")):
+        row = compare(length, args.epochs, args.rounds)
+        verdict = "met" if row["ratio"] >= 1.0 else "NOT met"
+        print(f"| {length} | {row['plain']:.5f} | {row['exactlens']:.5f} | **{row['ratio']:.2f}x** | "
+              f"{row['best']:.2f}x | >= 1.0x: {verdict} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
