@@ -448,12 +448,12 @@ def _fit_adam(spec, seeds, gens, logs, progress):
             step += 1
             epoch_loss += losses.detach().double() * len(parts[0])
             epoch_correct += correct
-        _check_finite_weights(spec, seeds, runs, step, epoch)
         epochs.set_postfix(_bar_figures(spec, float(epoch_loss.mean()) / count,
                                         float(epoch_correct.mean()) / count), refresh=False)
         every = opts["eval_every"]
         evaluating = epoch == opts["epochs"] or (every and epoch % every == 0)
-        if evaluating:
+        if evaluating:  # weights checked where they are read (a non-finite weight shows in the next loss anyway)
+            _check_finite_weights(spec, seeds, runs, step, epoch)
             runs.sync()
         for r, seed in enumerate(seeds):
             values = {"epoch": epoch, "step": step, "strings_seen": epoch * count, "lr": lr}
@@ -491,7 +491,8 @@ def _check_finite_loss(spec: TrainSpec, seeds: list[int], losses: torch.Tensor, 
 
 
 def _check_finite_weights(spec: TrainSpec, seeds: list[int], runs: StackedRuns, step: int, epoch: int) -> None:
-    """After each epoch: every weight finite (a finite loss can still come from an overflowed weight)."""
+    """At each evaluation and at the end: every weight finite (a finite loss can still come from an
+    overflowed weight that the loss does not reach)."""
     for name, stacked in runs.params.items():
         finite = torch.isfinite(stacked.detach().reshape(len(seeds), -1)).all(dim=1)
         if not bool(finite.all()):
