@@ -100,7 +100,7 @@ def diff(
     task's hard words (every word when there are at most ``strings``). ``parts`` selects the
     comparisons. ``das_max_dim``, ``das_steps``, ``alignment_pairs`` (per length) and
     ``untrained_baseline`` set the alignment search. Returns a JSON-ready dict with the fields
-    documented in the README ("Circuit
+    documented in docs/diff.md ("Circuit
     diff"); ``summary`` holds one number per part.
     """
     start = time.perf_counter()

@@ -43,7 +43,7 @@ BENCH_OPTIONS: dict[str, Any] = {
 
 
 def report_options(quick: bool) -> dict[str, Any]:
-    """Settings for the report: tiny with quick, else the README's 800-step run (~10 s a seed)."""
+    """Settings for the report: tiny with quick, else the 800-step run of docs/brody.md (~10 s a seed)."""
     if quick:
         return {
             "epochs": 2,
@@ -54,7 +54,7 @@ def report_options(quick: bool) -> dict[str, Any]:
             "test_strings": 100,
             "eval_every": 1,
         }
-    return {**BENCH_OPTIONS, "epochs": 40}  # the README's measured run (brody_majority.py --epochs 40): 800 steps
+    return {**BENCH_OPTIONS, "epochs": 40}  # docs/brody.md's measured run (brody_majority.py --epochs 40): 800 steps
 
 
 def steps_to(history: Sequence[dict[str, Any]], threshold: float) -> int | None:

@@ -105,7 +105,7 @@ def _majority_html(ctx: ReportContext) -> str:
         "<h3>Fig. 2-3: MAJORITY with and without LN's projection</h3>"
         f"<p>One-layer, d = 8 models on MAJORITY ({data['options'].get('num_classes')} classes, |w| = "
         f"{data['options'].get('train_length')}), with full LN and with LN without its projection (scaling "
-        f"only), {len(data['seeds'])} seed(s), the README's 800-step setting (script: "
+        f"only), {len(data['seeds'])} seed(s), the 800-step setting of docs/brody.md (script: "
         "<code>benchmarks/brody_majority.py</code>). Steps until the test accuracy first reaches "
         f"{fmt(data['threshold'])}, and the angle between the CLS query (as a direction of the normalised "
         "residual space) and the line of the ones vector.</p>"

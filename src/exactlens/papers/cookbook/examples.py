@@ -341,11 +341,11 @@ def register_constructions() -> None:
 
 DYCK_TRAINING = {"train_length": (1, 16), "test_length": (1, 16)}
 """Dyck-1, Dyck-1 of depth 2 and Dyck-k-D in their constructions' shapes: the generic 1200 Adam steps
-of 128 words (exactlens.train.shaped) at |w| 1..16 reach held-out accuracy 1.0 (README table)."""
+of 128 words (exactlens.train.shaped) at |w| 1..16 reach held-out accuracy 1.0 (the table in docs/training.md)."""
 
 INDUCTION_TRAINING = {"d_model": 32, "train_length": (1, 16), "test_length": (1, 16)}
 """Induction heads in the constructions' shape (2 layers x 1 head, feature i): width 32 (the rule's 16
-plateaus lower); most-recent plateaus near 0.93 per position (README table)."""
+plateaus lower); most-recent plateaus near 0.93 per position (the table in docs/training.md)."""
 
 
 def register_training_defaults() -> None:

@@ -24,7 +24,7 @@ weights hold q_true. Shin & Matzinger's solution 3 stores q_true in the value ma
 attention output at i is the row q_true(X_(i-1), .), a re-encoding of P from which the FFN picks
 entry X_i; causally that is the same flow as solution 1 (attention moves P, the FFN combines), so
 the causal verdict says "ffn" where the weight-based verdict says "attention". The two verdicts
-answer different questions; the README reports both on the exact solutions.
+answer different questions; docs/shin_matzinger.md reports both on the exact solutions.
 """
 
 from __future__ import annotations

@@ -108,10 +108,10 @@ def shin_matzinger_sections(ctx: ReportContext) -> list[Section]:
             f"(N = {n} categories, M = {m} positions, batch {s['batch']}, {s['iterations']} iterations, "
             f"{s['seeds']} seed(s); "
             + (
-                "the paper's settings; the 10-seed grid of all flavours is in the README).</p>"
+                "the paper's settings; the 10-seed grid of all flavours is in docs/shin_matzinger.md).</p>"
                 if all(s[k] == v for k, v in PAPER.items())
                 else "smaller than the paper's N = 10, M = 50, batch 1000, 50 iterations; the full-size numbers are "
-                "in the README).</p>"
+                "in docs/shin_matzinger.md).</p>"
             ),
             table(
                 ["construction", "q_true", "dtype", "max |error|", "tolerance", "exact"],
