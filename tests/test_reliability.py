@@ -232,8 +232,11 @@ def test_ctrl_c_during_training_leaves_the_target_as_it_was(tmp_path, existing):
     before = snapshot(target) if existing else None
     argv = ["train", "first", "--out", str(target), "--epochs", "100000", "--strings-per-epoch", "10",
             "--test-strings", "10", "--eval-every", "1", "--overwrite"]
+    # A shell starts background jobs with SIGINT ignored, and children inherit that (Python then installs no
+    # KeyboardInterrupt handler): give the child the default disposition, as a terminal would.
     proc = subprocess.Popen([sys.executable, "-m", "exactlens.cli", *argv], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _wait_for(proc, "epoch 3/")  # training is under way, history records written
         proc.send_signal(signal.SIGINT)
