@@ -49,6 +49,8 @@ def test_precision_train_diff_hull(tmp_path):
     assert hull["layers"] and "unselectable" in hull._repr_html_()
     many = el.train("first", seeds=[0, 1], epochs=2, strings_per_epoch=10, test_strings=10)
     assert len(many.models) == 2 and many.plot() is not None
+    with pytest.raises(el.ExactLensError, match=r"result\.models\[i\]"):
+        el.diff(many, "first", lengths=[2])
 
 
 def test_pairlogic_from_the_api():

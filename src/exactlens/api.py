@@ -161,7 +161,12 @@ def diff(trained: Any, against: str, *, lengths: str | Sequence[int] | None = No
     an exact construction; ``html_path`` also writes the page."""
     from exactlens.analysis.diff import diff as run
 
-    model = getattr(trained, "model", trained) if isinstance(trained, Result) else trained
+    if isinstance(trained, Result):
+        if not hasattr(trained, "model"):
+            raise ExactLensError(f"el.diff takes one trained model; this {trained.kind} result has "
+                                 f"{'.models (pick one: result.models[i])' if hasattr(trained, 'models') else 'none'}")
+        trained = trained.model
+    model = trained
     result = run(model, against, lengths=_lengths(lengths), strings=strings, **options)
     if html_path is not None:
         from exactlens.viz.diff_page import write_diff_page
