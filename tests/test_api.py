@@ -42,7 +42,7 @@ def test_precision_train_diff_hull(tmp_path):
     assert trained.model is trained.run.model and (tmp_path / "run" / "run.json").exists()
     assert "test_accuracy" in trained._repr_html_()
     result = el.diff(trained, "first", lengths=[2, 3], parts=("behaviour", "alignment"), das_steps=5,
-                     html_path=tmp_path / "diff.html")
+                     html=tmp_path / "diff.html")
     assert (tmp_path / "diff.html").exists() and "agreement" in result._repr_html_()
     assert result.plot() is not None
     hull = el.hull("first")

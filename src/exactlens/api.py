@@ -156,9 +156,9 @@ def train(name: str, *, out: str | Path | None = None, seed: int = 0, seeds: Seq
 
 
 def diff(trained: Any, against: str, *, lengths: str | Sequence[int] | None = None, strings: int = 64,
-         html_path: str | Path | None = None, overwrite: bool = False, **options: Any) -> Result:
+         html: str | Path | None = None, overwrite: bool = False, **options: Any) -> Result:
     """``exactlens diff``: a trained model (a Result of ``train``, a model, a checkpoint or a name) against
-    an exact construction; ``html_path`` also writes the page."""
+    an exact construction; ``html`` also writes the page."""
     from exactlens.analysis.diff import diff as run
 
     if isinstance(trained, Result):
@@ -168,10 +168,10 @@ def diff(trained: Any, against: str, *, lengths: str | Sequence[int] | None = No
         trained = trained.model
     model = trained
     result = run(model, against, lengths=_lengths(lengths), strings=strings, **options)
-    if html_path is not None:
+    if html is not None:
         from exactlens.viz.diff_page import write_diff_page
 
-        write_diff_page(result, html_path, trained=model, overwrite=overwrite)
+        write_diff_page(result, html, trained=model, overwrite=overwrite)
     return Result("diff", result)
 
 

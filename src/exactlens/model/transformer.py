@@ -75,7 +75,7 @@ class ExactTransformer(HookedRootModule):
         if self.cfg.learned_positions and n_pos > self.cfg.n_ctx:
             raise ExactLensError(f"{n_pos} positions exceed the learned positional table (n_ctx={self.cfg.n_ctx})")
         if n_positions is None:
-            self.check_forward_memory(batch, n_pos, padded=False)
+            self.check_forward_cost(batch, n_pos, padded=False)
             return torch.full((batch,), n_pos, dtype=torch.long), False
         if not isinstance(n_positions, torch.Tensor) or n_positions.shape != (batch,):
             raise ExactLensError(f"n_positions must be a tensor of shape [batch]=({batch},)")
@@ -84,7 +84,7 @@ class ExactTransformer(HookedRootModule):
         if int(n_positions.min()) < 1 or int(n_positions.max()) > n_pos:
             raise ExactLensError(f"n_positions must lie in [1, {n_pos}] (positions per sequence, padding excluded)")
         padded = bool((n_positions != n_pos).any())
-        self.check_forward_memory(batch, n_pos, padded)
+        self.check_forward_cost(batch, n_pos, padded)
         return n_positions.long(), padded
 
     def forward_bytes(self, batch: int, n_pos: int, padded: bool = False, hooked: bool | None = None) -> int:
@@ -113,8 +113,9 @@ class ExactTransformer(HookedRootModule):
         positionwise = n_pos * cfg.d_model * (4 * cfg.n_heads * cfg.d_head + 2 * cfg.d_mlp)
         return float(cfg.n_layers * batch * (attention + positionwise))
 
-    def check_forward_memory(self, batch: int, n_pos: int, padded: bool = False) -> None:
-        """Refuse (ExactLensError) a forward pass whose forward_bytes exceed the memory limit."""
+    def check_forward_cost(self, batch: int, n_pos: int, padded: bool = False) -> None:
+        """Refuse (ExactLensError) a forward pass beyond the work limit (forward_operations) or the memory
+        limit (forward_bytes)."""
         check_work(self.forward_operations(batch, n_pos), f"a forward pass on {batch} x {n_pos} tokens",
                    "use shorter lengths or fewer words")
         if self.forward_bytes(batch, n_pos, padded, hooked=True) <= memory_limit():  # the usual, cheap case

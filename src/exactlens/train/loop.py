@@ -448,8 +448,9 @@ def _fit_adam(spec, seeds, gens, logs, progress):
             step += 1
             epoch_loss += losses.detach().double() * len(parts[0])
             epoch_correct += correct
-        epochs.set_postfix(_bar_figures(spec, float(epoch_loss.mean()) / count,
-                                        float(epoch_correct.mean()) / count), refresh=False)
+        if not epochs.disable:  # the running figures only where a bar shows them
+            epochs.set_postfix(_bar_figures(spec, float(epoch_loss.mean()) / count,
+                                            float(epoch_correct.mean()) / count), refresh=False)
         every = opts["eval_every"]
         evaluating = epoch == opts["epochs"] or (every and epoch % every == 0)
         if evaluating:  # weights checked where they are read (a non-finite weight shows in the next loss anyway)
