@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
 	$(VENV)/bin/pip install $(PIP_FLAGS) $(TORCH)
-	$(VENV)/bin/pip install $(PIP_FLAGS) -e ".[dev]"
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e ".[dev,tracr]"
 	touch $@
 
 # A second environment with TransformerLens 3.9.0 (HookedTransformer) for the export tests.
@@ -55,8 +55,10 @@ test-slow: setup
 report: setup
 	$(VENV)/bin/exactlens report --out report --overwrite
 
+# Every benchmarks/bench_*.py (its own output as it runs), then one table of every measured number
+# beside its goal. `make bench BENCH_FLAGS=--quick`: small settings, a smoke run of a few minutes.
 bench: setup
-	for script in benchmarks/bench_*.py; do echo "== $$script"; $(VENV)/bin/python $$script || exit 1; done
+	$(VENV)/bin/python benchmarks/run_all.py $(BENCH_FLAGS)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

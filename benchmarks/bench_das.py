@@ -7,7 +7,8 @@ the same diff without the alignment part, so the ratio is what DAS costs on top 
 Rounds alternate which side runs first; the table gives the median and the fastest round.
 
 Usage: PYTHONPATH=src python benchmarks/bench_das.py [--max-length 32] [--strings 256] [--rounds 2]
-       [--das-steps 80] [--threads 2]
+       [--das-steps 80] [--threads 2] [--quick] [--results PATH]
+       (--quick: lengths 1..4, 16 words, 1 round, 5 DAS steps, a shorter training run)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import statistics
 import time
 
 import torch
+from goals import Goals, add_arguments
 
 from exactlens.analysis.diff import PARTS, diff
 from exactlens.train import train
@@ -32,11 +34,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--das-steps", type=int, default=80)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: lengths 1..4, 16 words, 1 round, 5 DAS steps, 20 training epochs")
+    add_arguments(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.max_length, args.strings, args.rounds, args.das_steps = 4, 16, 1, 5
     torch.set_num_threads(args.threads)
     print(f"load average {os.getloadavg()[0]:.2f}; torch threads {args.threads}", flush=True)
-    model = train("first", seed=0, epochs=100, strings_per_epoch=100, batch_size=10, train_length=[1, 10],
-                  test_length=50, test_strings=100, eval_every=0, lr=1e-3).model
+    model = train("first", seed=0, epochs=20 if args.quick else 100, strings_per_epoch=100, batch_size=10,
+                  train_length=[1, 10], test_length=50, test_strings=100, eval_every=0, lr=1e-3).model
     lengths = list(range(1, args.max_length + 1))
     without = tuple(p for p in PARTS if p != "alignment")
     times: dict[str, list[float]] = {"full": [], "without DAS": []}
@@ -62,9 +69,14 @@ def main() -> None:
     full, base = statistics.median(times["full"]), statistics.median(times["without DAS"])
     print(f"DAS costs {full / base:.2f}x the rest of the diff; full diff {full:.1f} s "
           f"({'under' if full < GOAL_S else 'OVER'} the {GOAL_S:.0f} s goal)")
+    goals = Goals("bench_das.py", args.quick)
+    goals.add(f"full diff with DAS, FIRST, lengths 1..{args.max_length}, {args.strings} words per length", full, "s",
+              f"< {GOAL_S:.0f}")
+    goals.add("DAS's cost: full diff / diff without DAS", full / base, "x")
     summary = result["summary"]
     print(f"summary: mean DAS IIA (changed) {summary['mean_das_iia_changed']}, random "
           f"{summary['mean_random_iia_changed']}, untrained {summary['mean_untrained_iia_changed']}")
+    goals.write(args.results, args.overwrite)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Chiang & Cholak Fig. 2 at full settings: wall time against the goal, and the table.
 
     PYTHONPATH=src python benchmarks/bench_fig2.py [--threads 1] [--max-length 1000] [--strings 1000]
+        [--quick] [--results PATH]   (--quick: lengths to 100, 100 strings, 4 points per decade)
 
 Lengths on a logarithmic grid (8 per decade) up to 1000, 1000 random strings per
 length, PARITY and FIRST, every setting of exactlens.papers.chiang_cholak.figures.FIG2_CURVES
@@ -16,6 +17,7 @@ import resource
 import time
 
 import torch
+from goals import Goals, add_arguments
 
 from exactlens.papers.chiang_cholak.figures import LANGUAGES, fig2_data
 
@@ -29,7 +31,11 @@ def main() -> None:
     parser.add_argument("--strings", type=int, default=1000)
     parser.add_argument("--points-per-decade", type=int, default=8)
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--quick", action="store_true", help="smoke run: lengths to 100, 100 strings, 4 per decade")
+    add_arguments(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.max_length, args.strings, args.points_per_decade = 100, 100, 4
     torch.set_num_threads(args.threads)
 
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -48,6 +54,10 @@ def main() -> None:
           f"method: {data['method']}")
     for group, seconds in data["timings"].items():
         print(f"  {group:22s} {seconds:7.1f} s")
+    goals = Goals("bench_fig2.py", args.quick)
+    goals.add(f"Fig. 2 data, lengths to {args.max_length}, {args.strings} strings each, {args.dtype}", wall, "s",
+              f"< {GOAL_SECONDS:.0f}")
+    goals.write(args.results, args.overwrite)
     print()
     settings = data["settings"]
     for language in LANGUAGES:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from goals import Goals, add_arguments
 
 from exactlens import tasks
 from exactlens.constructions import build
@@ -225,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and smaller sizes for a smoke run")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+    add_arguments(parser)
     args = parser.parse_args(argv)
+    goals = Goals("bench_forward_overhead.py", args.quick)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rounds, target_s = (5, 0.05) if args.quick else (11, 0.2)
@@ -250,8 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "ok" if ratio <= GOAL else "SLOWER"
         print(f"{case.name:<24}{t_ours * 1e3:>10.3f}{t_bare * 1e3:>10.3f}{ratio:>7.2f}x{min_ratio:>10.2f}x"
               f"{diff:>12.2e}  {verdict}")
+        goals.add(f"forward, ours / bare PyTorch, {case.name}", ratio, "x", f"<= {GOAL}")
     print()
     print(f"worst ratio {worst:.2f}x (goal <= {GOAL}x)" + ("" if math.isfinite(worst) else " (not finite)"))
+    goals.write(args.results, args.overwrite)
     return 0
 
 

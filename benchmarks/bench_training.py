@@ -10,16 +10,16 @@
     (~1e-4 in float32, where Adam turns rounding in near-zero gradients into lr-sized steps),
     so the same check is repeated in float64 (R = the largest, ``--check-epochs`` epochs), where
     they must agree to ~1e-10.
-(b) fused kernels: one training step-loop (StackedRuns with R = 1, run_losses, backward, Adam:
-    the loop's step) of the same model on the same batches, ``set_fused(True)`` (the loop's
+(b) fused kernels: one training step-loop (the loop's runner for one run, SingleRun, run_losses,
+    backward, Adam: the loop's step) of the same model on the same batches, ``set_fused(True)`` (the loop's
     setting: attention through scaled_dot_product_attention, layer norm through layer_norm)
     against ``set_fused(False)`` (the formulas); steps alternate one by one between the two
     copies; the ratio is median unfused / median fused step, and the two copies' parameters
     after every step are compared (rounding only).
-(c) StackedRuns overhead: forward + backward of the loss through ``StackedRuns([model])``
-    (R = 1, what ``train`` runs) against ``model.readout(..., readout_only=True)`` of the same
-    model on the same batch (fused on in both); calls alternate; ratio stacked / plain (1 =
-    no overhead); outputs and gradients are checked equal.
+(c) the runner's overhead: forward + backward of the loss through ``training_runs([model])``
+    (SingleRun, what ``train`` runs for one run) against ``model.readout(..., readout_only=True)``
+    of the same model on the same batch (fused on in both); calls alternate; ratio runner / plain
+    (1 = no overhead); outputs and gradients are checked equal.
 (d) ``--paper-loop 10,30,...``: the papers' batch-size-1 loop (torch.nn.TransformerEncoder,
     one word per Adam step, FIRST) against ``train("first")`` (one Adam step per epoch of 100
     words) and ``train_many`` with the largest R (time per run), as the README's speed table.
@@ -31,6 +31,7 @@ each table also gives the ratio of the fastest round / step / call of each side 
 
 Usage: PYTHONPATH=src python benchmarks/bench_training.py [--presets first,parity,majority] [--runs 1,4,10]
        [--epochs 20] [--rounds 3] [--steps 30] [--long-length 100] [--paper-loop 10,30,100,300] [--quick]
+       [--results PATH]
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ import time
 from collections.abc import Callable
 
 import torch
+from goals import Goals, add_arguments
 
-from exactlens.model import ExactTransformer, StackedRuns
+from exactlens.model import ExactTransformer
+from exactlens.model.stacked import training_runs
 from exactlens.tasks import kinds
 from exactlens.train import get_preset, train, train_many
 from exactlens.train.data import sample_batch
@@ -124,7 +127,7 @@ def fused_vs_unfused(case: Case, warmup: int) -> dict:
     lr = case.spec.options["lr"]
     sides = {}
     for fused in (True, False):
-        runs = StackedRuns([copy.deepcopy(case.model).set_fused(fused)])
+        runs = training_runs([copy.deepcopy(case.model).set_fused(fused)])
         sides[fused] = (runs, torch.optim.Adam(runs.trainable, lr=lr, foreach=True), [])
 
     def step(fused: bool, tokens: torch.Tensor, n_positions: torch.Tensor, targets: torch.Tensor) -> float:
@@ -150,7 +153,8 @@ def fused_vs_unfused(case: Case, warmup: int) -> dict:
 
 def stacked_overhead(case: Case, calls: int) -> dict:
     model = copy.deepcopy(case.model)
-    runs = StackedRuns([model])
+    runs = training_runs([copy.deepcopy(case.model)])
+    names = [name for name, p in runs.params.items() if p.requires_grad]
     task = case.spec.task
     tokens, n_positions, targets = case.batches[0]
 
@@ -159,7 +163,8 @@ def stacked_overhead(case: Case, calls: int) -> dict:
             p.grad = None
         out = runs.readout(tokens, n_positions)[0]
         kinds.loss(task, out, targets[0], n_positions[0]).mean().backward()
-        return out, [p.grad[0] if p.grad is not None else torch.zeros_like(p[0]) for p in runs.trainable]
+        return out, [runs.grad(n)[0] if runs.grad(n) is not None else torch.zeros_like(runs.params[n][0])
+                     for n in names]
 
     def plain() -> tuple[torch.Tensor, list[torch.Tensor]]:
         model.zero_grad(set_to_none=True)
@@ -262,7 +267,9 @@ def main() -> None:
     parser.add_argument("--paper-loop", default="", help="lengths for (d), e.g. 10,30,100,300 (default: skip)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="smoke run: R in 1,4, 5 epochs, 1 round, 10 steps")
+    add_arguments(parser)
     args = parser.parse_args()
+    goals = Goals("bench_training.py", args.quick)
     if args.quick:
         args.runs, args.epochs, args.rounds, args.steps, args.check_epochs = "1,4", 5, 1, 10, 2
     torch.set_num_threads(args.threads)
@@ -284,6 +291,7 @@ def main() -> None:
             print(f"| {preset} (\\|w\\| = {options['train_length']}) | {row['runs']} | {row['sequential']:.3f} | "
                   f"{row['stacked']:.3f} | {row['per_run_epoch']:.4f} | **{row['ratio']:.2f}x** | {row['best']:.2f}x | "
                   f"{row['diff']:.1e} |", flush=True)
+            goals.add(f"(a) {preset}: train_many R = {row['runs']} vs R sequential train", row["ratio"], "x")
         checks.append((preset, float64_agreement(preset, max(runs), dict(options, epochs=args.check_epochs))))
     print(f"float64, R = {max(runs)}, {args.check_epochs} epochs: max abs param diff stacked vs own train: "
           + ", ".join(f"{p} {d:.1e}" for p, d in checks))
@@ -300,16 +308,18 @@ def main() -> None:
         row = fused_vs_unfused(case, warmup=3)
         print(f"| {row['case']} | {row['unfused'] * 1e3:.2f} | {row['fused'] * 1e3:.2f} | **{row['ratio']:.2f}x** | "
               f"{row['best']:.2f}x | {row['diff']:.1e} |", flush=True)
+        goals.add(f"(b) {row['case']}: fused vs formulas, one training step", row["ratio"], "x")
 
-    print(f"\n(c) forward + backward of the loss: StackedRuns([model]) (R = 1) vs model.readout(readout_only=True), "
+    print(f"\n(c) forward + backward of the loss: the loop's runner (SingleRun) vs model.readout(readout_only=True), "
           f"fused on, median of {args.steps} alternating calls")
-    print("| case | plain ms | stacked ms | overhead (stacked / plain) | fastest calls | "
+    print("| case | plain ms | runner ms | overhead (runner / plain) | fastest calls | "
           "max abs diff outputs / gradients |")
     print("|---|---|---|---|---|---|")
     for case in cases:
         row = stacked_overhead(case, args.steps)
         print(f"| {row['case']} | {row['plain'] * 1e3:.2f} | {row['stacked'] * 1e3:.2f} | **{row['ratio']:.2f}x** | "
               f"{row['best']:.2f}x | {row['out_diff']:.1e} / {row['grad_diff']:.1e} |", flush=True)
+        goals.add(f"(c) {row['case']}: the loop's runner / model.readout, forward + backward", row["ratio"], "x")
 
     if args.paper_loop:
         many = max(runs)
@@ -322,7 +332,11 @@ def main() -> None:
             row = paper_loop(length, args.epochs, args.rounds, many)
             print(f"| {length} | {row['paper']:.3f} | {row['one']:.4f} | {row['many']:.4f} | "
                   f"{row['paper'] / row['one']:.0f}x | **{row['paper'] / row['many']:.0f}x** |", flush=True)
+            goals.add(f"(d) FIRST |w| = {length}: papers' batch-1 loop / train_many ({many} runs), per run",
+                      row["paper"] / row["many"], "x", ">= 50")
+            goals.add(f"(d) FIRST |w| = {length}: papers' batch-1 loop / train (1 run)", row["paper"] / row["one"], "x")
     print(f"\nwall {time.perf_counter() - wall:.0f} s, load average after: {load()}")
+    goals.write(args.results, args.overwrite)
 
 
 if __name__ == "__main__":

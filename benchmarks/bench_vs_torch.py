@@ -10,6 +10,7 @@ alternate which side runs first; the table gives median seconds per epoch and th
 baseline / exactlens (>= 1.0: exactlens is not slower; goal >= 1.0x).
 
 Usage: PYTHONPATH=src python benchmarks/bench_vs_torch.py [--lengths 10,100] [--epochs 100] [--rounds 3]
+       [--quick] [--results PATH]   (--quick: 20 epochs, 1 round)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 
 import torch
 from bench_training import PaperLoopModel  # the same FIRST model; batched here
+from goals import Goals, add_arguments
 
 from exactlens.train import train
 
@@ -66,7 +68,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 20 epochs, 1 round")
+    add_arguments(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.epochs, args.rounds = 20, 1
+    goals = Goals("bench_vs_torch.py", args.quick)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), load average {os.getloadavg()[0]:.2f}; "
           f"FIRST shape, 100 words per Adam step, {args.epochs} steps, median of {args.rounds} alternating rounds")
@@ -77,6 +84,9 @@ def main() -> None:
         verdict = "met" if row["ratio"] >= 1.0 else "NOT met"
         print(f"| {length} | {row['plain']:.5f} | {row['exactlens']:.5f} | **{row['ratio']:.2f}x** | "
               f"{row['best']:.2f}x | >= 1.0x: {verdict} |", flush=True)
+        goals.add(f"train('first') vs plain batched PyTorch, |w| = {length} (plain / exactlens)", row["ratio"], "x",
+                  ">= 1.0")
+    goals.write(args.results, args.overwrite)
 
 
 if __name__ == "__main__":

@@ -1,68 +1,190 @@
-"""Brody et al. (2023) Fig. 2-3: MAJORITY with and without LN's projection, several seeds.
+"""Brody et al. (2023) Fig. 2-3 at the paper's scale: MAJORITY with and without LN's projection.
 
-Trains the training package's ``majority`` preset (one layer, one head, d = 8, 20 classes, |w| = 50,
-pre-LN) with ``layer_norm="full"`` (projection + scaling) and ``"scale_only"`` (no projection) for
-each seed, and prints per run the test accuracy, the Adam steps until the test accuracy first
-reaches 0.5 / 0.9 / 0.99, and the angle between the CLS query (in the normalised residual space)
-and the ones line; then the mean over seeds. The paper's schedule (batch 6000, lr 1e-3, 17K steps)
-does not fit a CPU budget of minutes; the defaults here (``BENCH_OPTIONS``: batch 100, lr 1e-2,
-constant) are printed with the result. A measurement, not a timing.
+Trains the ``majority-per-position`` preset (the authors' layer: d = 8, one head, FFN 8, pre-LN,
+no positions; the majority class predicted at every position of words of length 50 over 20
+classes) with ``layer_norm="full"`` (projection + scaling) and ``"scale_only"`` (x / RMS(x), no
+projection), ``--runs`` seeds per variant trained together as one stacked computation
+(``exactlens.train.train_many``). Defaults are App. E.1's: Adam lr 1e-3 with a linear schedule,
+batch 6000, 17K steps (1000 epochs of 17 steps), 10 runs; the test accuracy and the query angle are
+measured every 17 steps (one of the paper's epochs) on 2000 fresh words.
 
-Usage: PYTHONPATH=src python benchmarks/brody_majority.py [--seeds 0 1 2] [--epochs 60] [--quick] [--out FILE]
+Prints the cost per step first (``--time-only`` stops there), a progress line at each evaluation,
+then per variant: final training loss, test accuracy and angle (mean and std over runs) and the
+first step at which the mean test accuracy reaches 0.5 / 0.9. Writes ``majority_<variant>.json``
+after each variant and ``majority.json`` + ``majority.png`` (the curves: mean and min-max band)
+at the end to ``--out``. A measurement of training, not a speed goal.
+
+Usage: PYTHONPATH=src python benchmarks/brody_majority.py [--steps 17000] [--runs 10] [--batch 6000]
+       [--lr 1e-3] [--lr-schedule linear|constant] [--quick] [--out DIR] [--overwrite] [--time-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import shlex
 import sys
 import time
+from pathlib import Path
 
-import numpy as np
 import torch
 
-from exactlens.papers.brody.majority_training import BENCH_OPTIONS, majority_data, report_options
+from exactlens.jsonio import dumps
+from exactlens.outputs import check_output, write_text
+from exactlens.papers.brody.majority_training import (
+    PAPER_SETTINGS,
+    QUICK_SETTINGS,
+    paper_variant,
+    plot_paper_majority,
+    summarize_paper_majority,
+)
 
 
-def _fmt(v: object) -> str:
-    return "never" if v is None else str(v)
+def _fmt(value: object, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def time_one_step(settings: dict, layer_norm: str = "full", steps: int = 2) -> float:
+    """Seconds per Adam step of ``settings['runs']`` stacked runs at ``settings['batch']`` words
+    (sampling, forward, backward, update; no evaluation): a run of 1 + steps steps less a run of 1
+    step, so that set-up and first-call costs cancel."""
+    seconds = []
+    for n in (1, 1 + steps):
+        probe = dict(settings, steps=n, eval_every=0, test_strings=10)
+        start = time.perf_counter()
+        paper_variant(layer_norm, probe)
+        seconds.append(time.perf_counter() - start)
+    return max(seconds[1] - seconds[0], 0.0) / steps
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
-    parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke run")
-    parser.add_argument("--out", default=None, help="write the full result as JSON to this file")
+    parser.add_argument("--quick", action="store_true", help="seconds: 6 steps of 60 words, 2 runs")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--runs", type=int, default=None, help="seeds per variant, trained as one computation")
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--lr-schedule", choices=("linear", "constant"), default=None)
+    parser.add_argument("--eval-every", type=int, default=None, help="steps between evaluations")
+    parser.add_argument("--test-strings", type=int, default=None)
+    parser.add_argument("--min-margin", type=int, default=None,
+                        help="majority count minus the runner-up's (default: the preset's 6, the authors' data)")
+    parser.add_argument("--variants", nargs="+", default=["full", "scale_only"])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--time-only", action="store_true", help="measure the cost per step and stop")
+    parser.add_argument("--combine", nargs="+", default=None, metavar="VARIANT_JSON",
+                        help="train nothing: build majority.json and the figure from majority_<variant>.json files "
+                        "of earlier runs (one variant each, same settings)")
+    parser.add_argument("--source-command", action="append", default=[],
+                        help="with --combine: the command that wrote each variant file (recorded as the provenance)")
+    parser.add_argument("--out", default=None, help="directory for the JSON results and the figure")
+    parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    options = dict(report_options(True) if args.quick else BENCH_OPTIONS)
-    if args.epochs is not None:
-        options["epochs"] = args.epochs
-    start = time.perf_counter()
-    data = majority_data(("full", "scale_only"), seeds=args.seeds, **options)
-    print(f"options: {json.dumps(data['options'], sort_keys=True, default=str)}")
-    print(
-        f"{'layer norm':<11s} {'seed':>4s} {'final acc':>9s} {'angle':>7s} "
-        + " ".join(f"{'steps>=' + str(t):>11s}" for t in data["thresholds"])
-    )
-    for run in data["runs"]:
-        cells = " ".join(f"{_fmt(run['steps_to'][str(t)]):>11s}" for t in data["thresholds"])
-        print(
-            f"{run['layer_norm']:<11s} {run['seed']:>4d} {run['final_test_accuracy']:9.3f} "
-            f"{run['final_angle_deg']:7.1f} {cells}"
-        )
-    for ln in data["layer_norms"]:
-        runs = [r for r in data["runs"] if r["layer_norm"] == ln]
-        acc = np.mean([r["final_test_accuracy"] for r in runs])
-        ang = np.mean([r["final_angle_deg"] for r in runs])
-        first_angle = np.mean([r["query_angle_deg"][0] for r in runs])
-        print(f"mean {ln:<10s} final acc {acc:.3f}, angle {first_angle:.1f} -> {ang:.1f} deg over {len(runs)} seeds")
-    print(f"wall time {time.perf_counter() - start:.0f} s")
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
+    torch.set_num_threads(args.threads)
+    settings = dict(QUICK_SETTINGS if args.quick else PAPER_SETTINGS)
+    for key in ("steps", "runs", "batch", "lr", "lr_schedule", "eval_every", "test_strings", "min_margin"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        for name in ("majority.json", "majority.png", *(f"majority_{v}.json" for v in args.variants)):
+            check_output(out / name, overwrite=args.overwrite, kind="file", what="benchmark output")
+    given = argv if argv is not None else sys.argv[1:]
+    command = "PYTHONPATH=src python benchmarks/brody_majority.py " + shlex.join(given)
+    if args.combine:
+        return combine(args, out, command)
+    print(f"settings: {settings}; {args.threads} thread(s); load average {os.getloadavg()}", flush=True)
+
+    per_step = time_one_step(settings)
+    full = PAPER_SETTINGS["steps"] * len(args.variants) * per_step
+    print(f"cost: {per_step:.2f} s per step for {settings['runs']} stacked runs of batch {settings['batch']} "
+          f"({per_step / settings['runs']:.3f} s per run-step); this run "
+          f"~{settings['steps'] * len(args.variants) * per_step / 60:.0f} min + evaluations; the paper's "
+          f"{PAPER_SETTINGS['steps']} steps x {len(args.variants)} variants at this size ~{full / 3600:.1f} h",
+          flush=True)
+    if args.time_only:
+        return 0
+
+    started = time.perf_counter()
+    variants = []
+    for ln in args.variants:
+        variant_start = time.perf_counter()
+
+        def progress(line: str, ln: str = ln, variant_start: float = variant_start) -> None:
+            if " seed 0 " in line:
+                print(f"  {ln}: {line} ({time.perf_counter() - variant_start:.0f} s)", flush=True)
+
+        variant = paper_variant(ln, settings, progress=progress)
+        variants.append(variant)
+        print(f"{ln}: {len(variant['steps'])} steps x {settings['runs']} runs in {variant['wall_s']:.0f} s "
+              f"({variant['s_per_step']:.2f} s per step)", flush=True)
+        if out is not None:
+            write_text(out / f"majority_{ln}.json", dumps(variant) + "\n", overwrite=args.overwrite)
+
+    wall = time.perf_counter() - started
+    data = {
+        "command": command,
+        "date": datetime.date.today().isoformat(),
+        "settings": settings,
+        "paper_settings": PAPER_SETTINGS,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "wall_s": wall,
+        "s_per_step_measured": per_step,
+        "variants": variants,
+    }
+    report(data, out, args.overwrite)
     return 0
+
+
+def combine(args: argparse.Namespace, out: Path | None, command: str) -> int:
+    """majority.json from per-variant files of earlier runs of this script (same settings)."""
+    if out is None:
+        raise SystemExit("--combine needs --out")
+    variants = [json.loads(Path(f).read_text(encoding="utf-8")) for f in args.combine]
+    options = {json.dumps(v["options"], sort_keys=True) for v in variants}
+    if len(options) != 1:
+        raise SystemExit("--combine: the variant files were trained with different settings")
+    first = variants[0]
+    settings = {"steps": len(first["steps"]), "batch": first["options"]["batch_size"], "lr": first["options"]["lr"],
+                "lr_schedule": first["options"]["lr_schedule"], "runs": len(first["seeds"]),
+                "eval_every": first["options"]["eval_every"], "test_strings": first["options"]["test_strings"]}
+    data = {
+        "command": " && ".join([*args.source_command, command]),
+        "date": datetime.date.today().isoformat(),
+        "settings": settings,
+        "paper_settings": PAPER_SETTINGS,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "wall_s": sum(v["wall_s"] for v in variants),
+        "s_per_step_measured": None,
+        "variants": variants,
+    }
+    report(data, out, args.overwrite)
+    return 0
+
+
+def report(data: dict, out: Path | None, overwrite: bool) -> None:
+    """Print the summary table; write majority.json and majority.png to ``out``."""
+    settings, variants, wall = data["settings"], data["variants"], data["wall_s"]
+    data["summary"] = summarize_paper_majority(data)
+    print(f"\nMAJORITY (Brody et al. Fig. 2-3): {settings['runs']} runs per variant, {settings['steps']} steps "
+          f"of {settings['batch']} words, lr {settings['lr']} {settings['lr_schedule']}; wall {wall:.0f} s")
+    print("| variant | params | final train loss | final test acc | angle first -> final (deg) | "
+          "mean acc >= 0.5 at step | >= 0.9 at step |")
+    print("|---|---|---|---|---|---|---|")
+    for row, variant in zip(data["summary"], variants, strict=True):
+        print(f"| {row['label']} | {variant['n_parameters']} | {_fmt(row['final_train_loss'])} "
+              f"+- {_fmt(row['final_train_loss_std'])} | {_fmt(row['final_test_accuracy'])} "
+              f"+- {_fmt(row['final_test_accuracy_std'])} | {_fmt(row['first_angle_deg'], '.1f')} -> "
+              f"{_fmt(row['final_angle_deg'], '.1f')} +- {_fmt(row['final_angle_deg_std'], '.1f')} | "
+              f"{_fmt(row['mean_steps_to_0.5'], 'd')} | {_fmt(row['mean_steps_to_0.9'], 'd')} |")
+    if out is not None:
+        write_text(out / "majority.json", dumps(data) + "\n", overwrite=overwrite)
+        plot_paper_majority(data, out / "majority.png")
+        print(f"wrote {out / 'majority.json'} and {out / 'majority.png'}")
 
 
 if __name__ == "__main__":

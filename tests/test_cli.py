@@ -176,3 +176,52 @@ def test_main_argparse_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         main([])
     assert info.value.code == 2
+
+
+# ----------------------------------------------------------------------------- start-up without torch
+
+HEAVY = ("torch", "numpy", "transformer_lens", "scipy")
+
+
+def _heavy_imports(argv: list[str], papers_only: bool = False) -> tuple[list[str], str]:
+    """Run `exactlens ARGV` in a fresh interpreter; return the heavy modules it imported and its stdout
+    (papers_only: with exactlens's paper plug-ins as the only plug-ins)."""
+    code = "\n".join([
+        "import contextlib, io, json, sys",
+        "import exactlens.plugins as plugins",
+        "found = plugins.entry_points",
+        "plugins.entry_points = lambda group: [e for e in found(group=group)\n"
+        "                                      if e.value.startswith('exactlens.papers.')]"
+        if papers_only else "",
+        "from exactlens.cli import main",
+        "out = io.StringIO()",
+        "with contextlib.redirect_stdout(out):",
+        "    try:",
+        f"        main({argv!r})",
+        "    except SystemExit:",
+        "        pass",
+        f"print(json.dumps({{'heavy': sorted(m for m in {HEAVY!r} if m in sys.modules), 'out': out.getvalue()}}))",
+    ])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # this process's plug-ins
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    return result["heavy"], result["out"]
+
+
+def test_help_imports_no_torch():
+    heavy, out = _heavy_imports(["--help"])
+    assert heavy == [], f"`exactlens --help` imported {heavy}"
+    assert "pairlogic" in out and "list" in out  # the plug-ins' verbs are there too
+
+
+@pytest.mark.parametrize("argv", [["list"], ["list", "--json"]])
+def test_list_of_the_papers_imports_no_torch(argv):
+    heavy, out = _heavy_imports(argv, papers_only=True)
+    assert heavy == [], f"`exactlens {' '.join(argv)}` imported {heavy}"
+    assert "parity-ln-eta" in out and "majority-per-position" in out
+
+
+def test_list_imports_no_torch():
+    heavy, out = _heavy_imports(["list"])
+    assert heavy == [], f"`exactlens list` imported {heavy}"

@@ -463,7 +463,7 @@ OLD_CLI: dict[str, dict[str, tuple]] = {
     },
     "precision": {
         "name": ("name", None, None), "--dtype": ("dtype", "float32", ("float32", "float64")),
-        "--json": ("json", False, None), "--max-length": ("max_length", 1000, None), "--param": ("param", None, None),
+        "--json": ("json", False, None), "--max-length": ("max_length", None, None), "--param": ("param", None, None),
         "--seed": ("seed", 0, None), "--strings": ("strings", 64, None),
     },
     "report": {"names": ("names", None, None), "--out": ("out", None, None), "--quick": ("quick", False, None)},
@@ -483,7 +483,7 @@ OLD_CLI: dict[str, dict[str, tuple]] = {
     },
     "verify": {
         "name": ("name", None, None), "--dtype": ("dtype", "float32", ("float32", "float64")),
-        "--json": ("json", False, None), "--lengths": ("lengths", "1:12", None), "--param": ("param", None, None),
+        "--json": ("json", False, None), "--lengths": ("lengths", None, None), "--param": ("param", None, None),
         "--seed": ("seed", 0, None), "--strings": ("strings", 1000, None),
     },
 }

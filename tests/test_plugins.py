@@ -168,3 +168,127 @@ def test_a_failed_load_is_reported_the_same_way_twice(fake_plugins):
         with pytest.raises(ExactLensError, match="plug-in 'b-broken'"):
             plugins.load_plugins()
 
+
+
+# ---- registering without importing (exactlens.plugins.lazy) ------------------------------------
+
+
+def test_the_declared_facts_are_the_objects_facts():
+    """Everything the papers registered lazily (or with declared facts) is imported and compared."""
+    checked = plugins.check_declared_facts()
+    assert {"first", "parity", "one", "majority", "majority-per-position", "pairs"} <= set(checked["training presets"])
+    assert {"parity", "dyck", "stdlib-chars", "majority-margin", "pairs"} <= set(checked["tasks"])
+    assert {"abs-below-2^-n", "dyck-zero-check"} <= set(checked["decision rules"])
+
+
+def test_the_listing_is_what_the_objects_say():
+    """`exactlens list --json` (from declared facts) against the same fields computed from the imported
+    builders, tasks and presets."""
+    import inspect
+
+    from exactlens.cli.listing import catalog
+    from exactlens.train import get_preset
+
+    rows = catalog()
+    for row in rows["constructions"]:
+        construction = REGISTRY[row["name"]]
+        task = construction.task_of()
+        signature = inspect.signature(construction.builder).parameters
+        assert row["parameters"] == {k: p.default for k, p in signature.items() if k != "dtype"}, row["name"]
+        assert row["task"] == {"name": task.name, "kind": task.kind}, row["name"]
+        assert row["min_length"] == max(construction.min_length, task.min_length), row["name"]
+    assert rows["tasks"] == [{"name": n, "kind": tasks.get(n).kind} for n in tasks.names()]
+    for row in rows["presets"]:
+        preset = get_preset(row["name"])
+        assert row == {"name": preset.name, "task": preset.task, "paper": preset.paper, "summary": preset.summary}
+
+
+@pytest.fixture
+def lazy_plugin(monkeypatch, tmp_path, fake_plugins):
+    """A plug-in that registers a construction, a task, a preset and a section lazily."""
+    (tmp_path / "fake_lazy_heavy.py").write_text(
+        "from exactlens.tasks import First\n"
+        "from exactlens.train.presets import Preset\n"
+        "from exactlens.papers.chiang_cholak.presets import FIRST\n"
+        "import dataclasses\n"
+        "PRESET = dataclasses.replace(FIRST, name='fake-lazy-preset', summary='a lazily registered preset')\n"
+        "class LazyFirst(First):\n"
+        "    name = 'fake-lazy-task'\n"
+        "def build(c: float = 1.0, dtype: str = 'float32'):\n"
+        "    from exactlens.constructions import build as make\n"
+        "    return make('first', dtype=dtype, c=c)\n"
+    )
+    (tmp_path / "fake_lazy_plugin.py").write_text(
+        "from exactlens import tasks\n"
+        "from exactlens.constructions import Construction, register\n"
+        "from exactlens.plugins import lazy\n"
+        "from exactlens.train import register_preset\n"
+        "def register_all():\n"
+        "    tasks.register(lazy('fake_lazy_heavy:LazyFirst', kind='membership', min_length=0),\n"
+        "                   name='fake-lazy-task')\n"
+        "    register(Construction('fake-lazy', 'first', 'fake_lazy_heavy:build', 'test', 'lazy',\n"
+        "                          parameters={'c': 1.0}))\n"
+        "    register(Construction('fake-lazy-wrong', 'first', 'fake_lazy_heavy:build', 'test', 'declared wrong',\n"
+        "                          parameters={'c': 2.0}))\n"
+        "    register_preset(lazy('fake_lazy_heavy:PRESET', task='first', paper='Chiang & Cholak 2022, §5.1/§5.3, "
+        "Fig. 4', summary='a lazily registered preset'), name='fake-lazy-preset')\n"
+    )
+    fake_plugins(("lazy", "fake_lazy_plugin:register_all"))
+    yield
+    from exactlens.train import PRESETS
+
+    dict.pop(PRESETS, "fake-lazy-preset", None)
+    dict.pop(tasks.TASKS, "fake-lazy-task", None)
+    for name in ("fake-lazy", "fake-lazy-wrong"):
+        dict.pop(REGISTRY, name, None)
+    for module in ("fake_lazy_heavy", "fake_lazy_plugin"):
+        sys.modules.pop(module, None)
+
+
+def test_lazy_entries_are_listed_without_importing_and_imported_when_read(lazy_plugin):
+    from exactlens.cli.listing import catalog
+    from exactlens.train import PRESETS, get_preset
+
+    rows = catalog()
+    assert "fake_lazy_heavy" not in sys.modules  # listed from the declared facts alone
+    listed = {r["name"]: r for r in rows["constructions"]}
+    assert listed["fake-lazy"]["parameters"] == {"c": 1.0}
+    assert {"name": "fake-lazy-task", "kind": "membership"} in rows["tasks"]
+    assert PRESETS.info("fake-lazy-preset")["summary"] == "a lazily registered preset"
+    assert get_preset("fake-lazy-preset").summary == "a lazily registered preset"  # read: imported now
+    assert "fake_lazy_heavy" in sys.modules
+    assert tasks.get("fake-lazy-task").name == "fake-lazy-task"
+    assert REGISTRY["fake-lazy"].make(dtype="float64").cfg.model_name == "fake-lazy"
+    with pytest.raises(ExactLensError, match=r"fake-lazy-wrong.*declares the parameters \{'c': 2.0\}.*'c': 1.0"):
+        REGISTRY["fake-lazy-wrong"].make()
+
+
+def test_lazy_registration_mistakes_are_named():
+    from exactlens.plugins import import_target, lazy
+    from exactlens.train import register_preset
+
+    with pytest.raises(ExactLensError, match="kind and min_length"):
+        tasks.register(lazy("exactlens.tasks.binary:First", kind="membership"), name="half-declared")
+    with pytest.raises(ExactLensError, match="needs name="):
+        register_preset(lazy("exactlens.papers.nowak.presets:ONE", task="one", paper="p", summary="s"))
+    with pytest.raises(ExactLensError, match="package.module:attribute"):
+        import_target("no_colon_here")
+    with pytest.raises(ExactLensError, match="has no attribute 'NOPE'"):
+        import_target("exactlens.errors:NOPE")
+
+
+def test_a_wrong_declared_fact_is_found(monkeypatch):
+    import dataclasses
+    import types
+
+    from exactlens.papers.nowak.presets import ONE
+    from exactlens.plugins import lazy
+    from exactlens.train import PRESETS
+
+    module = types.ModuleType("fake_wrong_facts")
+    module.PRESET = dataclasses.replace(ONE, name="fake-wrong-facts")
+    monkeypatch.setitem(sys.modules, "fake_wrong_facts", module)
+    monkeypatch.setitem(PRESETS, "fake-wrong-facts",
+                        lazy("fake_wrong_facts:PRESET", task="one", paper="Nowak", summary="not it"))
+    with pytest.raises(ExactLensError, match=r"'fake-wrong-facts' was registered with facts .*registered 'Nowak'"):
+        PRESETS.check_facts()

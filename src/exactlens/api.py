@@ -2,10 +2,12 @@
 
 ``el.build``, ``el.verify``, ``el.precision``, ``el.train``, ``el.diff``, ``el.hull``, ``el.report``
 (and a plug-in's verbs, e.g. ``el.pairlogic`` from Shin & Matzinger, through ``register_api``) take the
-CLI's options as keyword arguments. Each returns a :class:`Result`: a read-only mapping holding exactly
-the CLI's ``--json`` object (``.to_dict()``), which shows itself in Jupyter as a compact table of its
-headline figures with a small plot (``_repr_html_``), prints as the CLI's text, and draws
-``.plot()`` (a matplotlib Figure). Long work shows progress bars (exactlens.progress).
+CLI's options as keyword arguments, ``device`` included (``"auto"``, the default as on the command line:
+CUDA if present, else MPS, else the CPU; ``"cpu"``, ``"cuda"``, ``"mps"``; see exactlens.devices). Each
+returns a :class:`Result`: a read-only mapping holding exactly the CLI's ``--json`` object
+(``.to_dict()``), which shows itself in Jupyter as a compact table of its headline figures with a small
+plot (``_repr_html_``), prints as the CLI's text, and draws ``.plot()`` (a matplotlib Figure). Long work
+shows progress bars (exactlens.progress).
 """
 
 from __future__ import annotations
@@ -73,9 +75,10 @@ class Result(Mapping):
     def plot(self) -> Any:
         """A matplotlib Figure of the result (ExactLensError where this kind has none)."""
         view = VIEWS.get(self.kind)
-        if view is None or view.plot is None:
+        figure = view.plot(self) if view is not None and view.plot is not None else None
+        if figure is None:
             raise ExactLensError(f"a {self.kind} result has no plot")
-        return view.plot(self)
+        return figure
 
     def _repr_html_(self) -> str:
         view = VIEWS.get(self.kind)
@@ -83,16 +86,16 @@ class Result(Mapping):
             return f"<pre>{html.escape(repr(self))}</pre>"
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>"
                        for k, v in view.headline(self._data))
-        picture = ""
-        if view.plot is not None:
-            figure = view.plot(self)
+        picture = getattr(self, "svg", "")  # a drawing the result carries (a circuit)
+        figure = view.plot(self) if view.plot is not None else None
+        if figure is not None:
             buffer = io.BytesIO()
             figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
             import matplotlib.pyplot as plt
 
             plt.close(figure)
             encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
-            picture = f'<img src="data:image/png;base64,{encoded}" style="max-width:480px">'
+            picture += f'<img src="data:image/png;base64,{encoded}" style="max-width:480px">'
         return (f"<div><b>exactlens {html.escape(self.kind)}</b><table>{rows}</table>{picture}"
                 "<div style='color:#666;font-size:.85em'>.to_dict() for the data, .plot() for the figure</div></div>")
 
@@ -116,49 +119,62 @@ def _lengths(lengths: str | Sequence[int] | None) -> list[int] | None:
 # ---- the verbs ---------------------------------------------------------------------------------
 
 
-def build(name: str, dtype: str = "float32", **params: Any) -> Any:
-    """The construction as an ExactTransformer (``exactlens list`` names them)."""
+def build(name: str, dtype: str = "float32", device: Any = "auto", **params: Any) -> Any:
+    """The construction as an ExactTransformer (``exactlens list`` names them), on ``device``."""
     from exactlens.constructions import get
 
-    return get(name).make(dtype=dtype, **params)
+    return get(name).make(dtype=dtype, device=device, **params)
 
 
-def verify(name: str, lengths: str | Sequence[int] = "1:12", strings: int = 1000, dtype: str = "float32",
-           seed: int = 0, **params: Any) -> Result:
-    """``exactlens verify``: accuracy, cross-entropy and margin per length."""
+def verify(name: str, lengths: str | Sequence[int] | None = None, strings: int = 1000, dtype: str = "float32",
+           seed: int = 0, device: Any = "auto", **params: Any) -> Result:
+    """``exactlens verify``: accuracy, cross-entropy and margin per length (default 1..12, up to the
+    construction's longest)."""
     from exactlens.analysis.verify import verify as run
+    from exactlens.constructions import get
 
-    return Result("verify", run(name, _lengths(lengths), strings=strings, dtype=dtype, seed=seed, params=params))
+    if lengths is None:
+        construction = get(name)
+        lengths = construction.default_lengths(construction.make(dtype=dtype, **params))
+    return Result("verify", run(name, _lengths(lengths), strings=strings, dtype=dtype, seed=seed, params=params,
+                                device=device))
 
 
-def precision(name: str, dtype: str = "float32", max_length: int = 1000, strings: int = 64, seed: int = 0,
-              **params: Any) -> Result:
-    """``exactlens precision``: the largest length at which the construction is still exact in a dtype."""
+def precision(name: str, dtype: str = "float32", max_length: int | None = None, strings: int = 64, seed: int = 0,
+              device: Any = "auto", **params: Any) -> Result:
+    """``exactlens precision``: the largest length at which the construction is still exact in a dtype
+    (scanned up to 1000, or the construction's longest)."""
     from exactlens.analysis.verify import precision as run
+    from exactlens.constructions import get
+
+    if max_length is None:
+        construction = get(name)
+        max_length = construction.default_max_length(construction.make(dtype=dtype, **params))
 
     return Result("precision", run(name, dtype=dtype, max_length=max_length, strings=strings, seed=seed,
-                                   params=params))
+                                   params=params, device=device))
 
 
 def train(name: str, *, out: str | Path | None = None, seed: int = 0, seeds: Sequence[int] | None = None,
-          overwrite: bool = False, **options: Any) -> Result:
+          overwrite: bool = False, device: Any = "auto", **options: Any) -> Result:
     """``exactlens train``: a paper preset or any construction's task in its shape. The result holds
     run.json's object (``{"runs": [...]}`` with ``seeds``); ``.model`` (``.models``) and ``.run``
-    (``.runs``) are the trained models and TrainRuns."""
+    (``.runs``) are the trained models (on ``device``) and TrainRuns."""
     from exactlens.train import train as one
     from exactlens.train import train_many
 
     if seeds is not None:
-        runs = train_many(name, list(seeds), out=out, overwrite=overwrite, **options)
+        runs = train_many(name, list(seeds), out=out, overwrite=overwrite, device=device, **options)
         return Result("train_many", {"runs": [r.info for r in runs]}, runs=runs, models=[r.model for r in runs])
-    run = one(name, out=out, seed=seed, overwrite=overwrite, **options)
+    run = one(name, out=out, seed=seed, overwrite=overwrite, device=device, **options)
     return Result("train", run.info, run=run, model=run.model, history=run.history)
 
 
 def diff(trained: Any, against: str, *, lengths: str | Sequence[int] | None = None, strings: int = 64,
-         html: str | Path | None = None, overwrite: bool = False, **options: Any) -> Result:
+         html: str | Path | None = None, overwrite: bool = False, device: Any = "auto", **options: Any) -> Result:
     """``exactlens diff``: a trained model (a Result of ``train``, a model, a checkpoint or a name) against
-    an exact construction; ``html`` also writes the page."""
+    an exact construction; ``html`` also writes the page. Both models run on ``device`` (a model passed in
+    is copied there, not moved)."""
     from exactlens.analysis.diff import diff as run
 
     if isinstance(trained, Result):
@@ -167,7 +183,7 @@ def diff(trained: Any, against: str, *, lengths: str | Sequence[int] | None = No
                                  f"{'.models (pick one: result.models[i])' if hasattr(trained, 'models') else 'none'}")
         trained = trained.model
     model = trained
-    result = run(model, against, lengths=_lengths(lengths), strings=strings, **options)
+    result = run(model, against, lengths=_lengths(lengths), strings=strings, device=device, **options)
     if html is not None:
         from exactlens.viz.diff_page import write_diff_page
 
@@ -175,25 +191,61 @@ def diff(trained: Any, against: str, *, lengths: str | Sequence[int] | None = No
     return Result("diff", result)
 
 
-def hull(target: str | Path | None = None, *, tol: float = 1e-9, seed: int = 0) -> Result:
-    """``exactlens hull``: unselectable keys per layer and head (no target: Brody Fig. 1c/1d random keys)."""
+def hull(target: str | Path | None = None, *, tol: float = 1e-9, seed: int = 0, device: Any = "auto") -> Result:
+    """``exactlens hull``: unselectable keys per layer and head (no target: Brody Fig. 1c/1d random keys,
+    linear programs on the CPU whatever the device)."""
     from exactlens.analysis.hull_model import hull_report
     from exactlens.analysis.hull_random import random_keys
+    from exactlens.devices import resolve_device
 
-    result = random_keys(seed=seed, tol=tol) if target is None else hull_report(target, tol=tol, seed=seed)
-    return Result("hull", result)
+    if target is None:
+        resolve_device(device)  # a device that is not there is refused here too
+        return Result("hull", {**random_keys(seed=seed, tol=tol), "device": "cpu"})
+    return Result("hull", hull_report(target, tol=tol, seed=seed, device=device))
 
 
 def report(names: Sequence[str] | None = None, out: str | Path = "report", *, quick: bool = False,
-           overwrite: bool = False) -> Result:
+           overwrite: bool = False, device: Any = "auto") -> Result:
     """``exactlens report``: the offline HTML report; the result holds the index's path."""
     from exactlens.viz.page import build_report
 
-    index = build_report(list(names) if names else None, out, quick=quick, overwrite=overwrite)
+    index = build_report(list(names) if names else None, out, quick=quick, overwrite=overwrite, device=device)
     return Result("report", {"index": str(index)}, path=index)
 
 
-for _verb in (build, verify, precision, train, diff, hull, report):
+def circuit(target: Any, *, granularity: str = "head", lengths: str | Sequence[int] | None = None, words: int = 64,
+            seed: int = 0, ablation: str = "resample", check: bool = True) -> Result:
+    """``exactlens circuit``: the ground-truth circuit read off a construction's weights, with its
+    constant edges and the ablation check (``.svg`` draws it)."""
+    from exactlens.analysis.circuit.evaluate import circuit_report
+
+    data = circuit_report(target, granularity=granularity, lengths=_lengths(lengths), words=words, seed=seed,
+                          ablation=ablation, check=check)
+    return Result("circuit", data, svg=_circuit_svg(target, data))
+
+
+def _circuit_svg(target: Any, data: dict[str, Any]) -> str:
+    from exactlens.analysis.circuit.evaluate import _resolve
+    from exactlens.analysis.circuit.graph import model_graph
+    from exactlens.viz.circuit import circuit_svg
+
+    graph = model_graph(_resolve(target)[0], data["granularity"])
+    return circuit_svg(data, [e.name for e in graph.edges])
+
+
+def discover(target: Any, method: str = "acdc", *, granularity: str = "head", against: str | None = None,
+             threshold: float | None = None, lengths: str | Sequence[int] | None = None, words: int = 64,
+             seed: int = 0, ablation: str = "resample") -> Result:
+    """``exactlens discover``: a circuit-discovery method (patching, eap, acdc) scored against the
+    ground truth (a construction's own circuit, or ``against``'s for a trained model)."""
+    from exactlens.analysis.circuit.evaluate import discover_report
+
+    return Result("discover", discover_report(target, method, granularity=granularity, against=against,
+                                              threshold=threshold, lengths=_lengths(lengths), words=words,
+                                              seed=seed, ablation=ablation))
+
+
+for _verb in (build, verify, precision, train, diff, hull, report, circuit, discover):
     register_api(_verb.__name__, _verb)
 
 
@@ -348,3 +400,43 @@ register_view("hull", View(
                 for layer in d["layers"]] if "layers" in d else [("random keys, trials", d["trials"])]),
     _hull_text, _plot_hull))
 register_view("report", View(lambda d: [("index", d["index"])], lambda d: f"report: {d['index']}"))
+
+
+def _circuit_text(data: dict[str, Any]) -> str:
+    from exactlens.cli.circuit import format_circuit_text
+
+    return format_circuit_text(data)
+
+
+def _discover_text(data: dict[str, Any]) -> str:
+    from exactlens.cli.discover import format_discover_text
+
+    return format_discover_text(data)
+
+
+def _plot_roc(result: Result) -> Any:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(3.6, 3.2))
+    roc = result["score"]["roc"]
+    ax.plot([p[0] for p in roc], [p[1] for p in roc], drawstyle="steps-post", marker=".")
+    ax.plot([0, 1], [0, 1], color="#bbb", lw=0.8)
+    ax.set_xlabel("false-positive rate")
+    ax.set_ylabel("true-positive rate")
+    ax.set_title(f"{result['method']} on {result['model']}: AUROC {_fmt(result['score']['edge_auroc'])}", fontsize=9)
+    return fig
+
+
+register_view("circuit", View(
+    lambda d: [("circuit edges", f"{d['n_circuit_edges']} of {d['n_edges']}"),
+               ("constant edges", sum(1 for e in d["edges"] if e["constant"])),
+               *([("decisions changed, outside ablated", d["check"]["outside_changed"]),
+                  ("unnecessary circuit edges", ", ".join(d["check"]["unnecessary"]) or "none")]
+                 if "check" in d else [])],
+    _circuit_text))
+register_view("discover", View(
+    lambda d: [("method", d["method"]), ("selected edges", f"{len(d['selected'])} of {len(d['edges'])}"),
+               *([("edge AUROC", d["score"]["edge_auroc"]), ("node AUROC", d["score"]["node_auroc"]),
+                  ("precision", d["score"]["precision"]), ("recall", d["score"]["recall"])] if "score" in d else []),
+               *([("jaccard with the exact circuit", d["overlap"].get("jaccard"))] if "overlap" in d else []),
+               ("seconds", d["seconds"])],
+    _discover_text, lambda r: _plot_roc(r) if "score" in r else None))

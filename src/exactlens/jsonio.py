@@ -4,29 +4,45 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
-import numpy as np
-import torch
+
+def _array_types() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+    """(float, int, bool, array) types of numpy and torch, of those already imported: a value can only be
+    a numpy or torch object once its module is loaded, so this module never imports them itself (the
+    command line answers ``list`` without them)."""
+    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    floats, ints, bools, arrays = (), (), (), ()
+    if np is not None:
+        floats, ints, bools, arrays = (np.floating,), (np.integer,), (np.bool_,), (np.ndarray,)
+    if torch is not None:
+        arrays += (torch.Tensor,)
+    return floats, ints, bools, arrays
 
 
 def jsonable(obj: Any) -> Any:
     """NaN and infinities -> None, numpy and torch values -> Python numbers and lists, tuples -> lists,
     dict keys -> strings; other objects -> their str()."""
+    return _jsonable(obj, _array_types())
+
+
+def _jsonable(obj: Any, types: tuple[tuple[type, ...], ...]) -> Any:
+    floats, ints, bools, arrays = types
     if isinstance(obj, bool) or obj is None or isinstance(obj, str):
         return obj
-    if isinstance(obj, (float, np.floating)):
+    if isinstance(obj, (float, *floats)):
         return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, (int, np.integer)):
+    if isinstance(obj, (int, *ints)):
         return int(obj)
-    if isinstance(obj, np.bool_):
+    if isinstance(obj, bools):
         return bool(obj)
     if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
+        return {str(k): _jsonable(v, types) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, (torch.Tensor, np.ndarray)):
-        return jsonable(obj.tolist())
+        return [_jsonable(v, types) for v in obj]
+    if isinstance(obj, arrays):
+        return _jsonable(obj.tolist(), types)
     return str(obj)
 
 

@@ -1,25 +1,61 @@
-"""Progress bars for long loops: tqdm.auto (a widget in Jupyter, text in a terminal), on stderr.
+"""Progress bars for long loops, on stderr: a widget in Jupyter where ipywidgets is installed, else text.
 
-A bar shows where it can be seen and stays out of the way elsewhere: tqdm's own rule (no bar when
-stderr is not a terminal, e.g. in CI logs or a pipe), and never with ``quiet`` (``exactlens
---quiet``, ``set_quiet(True)`` or the environment variable ``EXACTLENS_QUIET=1``). Bars never write
-to stdout, so ``--json`` keeps stdout to one JSON object.
+A bar shows where it can be seen and stays out of the way elsewhere: in a terminal, tqdm's own rule
+(no bar when stderr is not a terminal, e.g. in CI logs or a pipe); in a Jupyter kernel, always (its
+stderr is no terminal, yet a person watches the cell), as ipywidgets' widget or, without
+ipywidgets, as text -- tqdm.auto would warn "IProgress not found" there and show nothing. Never
+with ``quiet`` (``exactlens --quiet``, ``set_quiet(True)`` or the environment variable
+``EXACTLENS_QUIET=1``). Bars never write to stdout, so ``--json`` keeps stdout to one JSON object.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Iterable
 from typing import Any
 
-from tqdm.auto import tqdm
+from tqdm.std import tqdm as text_bar
 
 _quiet = False
 
 
+def in_jupyter() -> bool:
+    """Whether this process is a Jupyter kernel with a front end that draws widgets (notebook, lab,
+    VS Code, Colab); not IPython in a terminal, not qtconsole or Spyder (tqdm.autonotebook's test)."""
+    if "ipykernel.zmqshell" not in sys.modules or "IPython" not in sys.modules:
+        return False
+    if any(k == "QT_API" or k.startswith("SPYDER") for k in os.environ):
+        return False
+    shell = sys.modules["IPython"].get_ipython()
+    kind = type(shell).__name__.lower()
+    return shell is not None and "qt" not in kind and "spyder" not in kind
+
+
+def widgets_installed() -> bool:
+    """Whether ipywidgets can be imported (tqdm's notebook bar needs it)."""
+    try:
+        return importlib.util.find_spec("ipywidgets") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def bar_class(jupyter: bool, widgets: bool) -> type:
+    """tqdm's notebook bar in Jupyter with ipywidgets, else the text bar."""
+    if jupyter and widgets:
+        from tqdm.notebook import tqdm as widget_bar
+
+        return widget_bar
+    return text_bar
+
+
+JUPYTER = in_jupyter()
+tqdm = bar_class(JUPYTER, widgets_installed())
+
+
 def set_quiet(quiet: bool) -> None:
-    """Turn every progress bar off (True) or back to tqdm's rule (False)."""
+    """Turn every progress bar off (True) or back to the rule above (False)."""
     global _quiet
     _quiet = bool(quiet)
 
@@ -29,7 +65,7 @@ def is_quiet() -> bool:
 
 
 def bar(iterable: Iterable[Any] | None = None, *, desc: str, unit: str = "it", total: int | None = None,
-        min_items: int = 2, **kwargs: Any) -> tqdm:
+        min_items: int = 2, **kwargs: Any) -> text_bar:
     """A tqdm bar on stderr (left on screen only while running); none for fewer than ``min_items``."""
     size = total if total is not None else (len(iterable) if hasattr(iterable, "__len__") else None)
     disable = shows(size if size is not None else min_items, min_items)
@@ -37,7 +73,9 @@ def bar(iterable: Iterable[Any] | None = None, *, desc: str, unit: str = "it", t
                 disable=disable, **kwargs)
 
 
-def shows(size: int, min_items: int = 2) -> bool | None:
-    """tqdm's ``disable`` for a loop of ``size`` items: True (off) when quiet or too
-    short, else None (tqdm's rule: shown only on a terminal or in Jupyter)."""
-    return True if is_quiet() or size < min_items else None
+def shows(size: int, min_items: int = 2, jupyter: bool | None = None) -> bool | None:
+    """tqdm's ``disable`` for a loop of ``size`` items: True (off) when quiet or too short; else False
+    (on) in Jupyter, None elsewhere (tqdm's rule: shown only on a terminal)."""
+    if is_quiet() or size < min_items:
+        return True
+    return False if (JUPYTER if jupyter is None else jupyter) else None

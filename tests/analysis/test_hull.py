@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scipy.spatial import ConvexHull
 
-from exactlens.analysis import hull
+from exactlens.analysis import hull, hull_fast
 from exactlens.analysis.hull import (
     SelectabilityResult,
     layer_norm_geometric,
@@ -164,8 +164,10 @@ def test_fast_fallback_to_lp_gives_the_same_answer(monkeypatch):
     keys = np.vstack([rng.standard_normal((40, 3)), rng.integers(-2, 3, (20, 3))])
     keys = np.vstack([keys, keys[:3]])  # duplicates too
     reference = selectable_keys(keys, method="naive")
-    monkeypatch.setattr(hull._Solver, "_screen_directions", lambda self: None)
-    monkeypatch.setattr(hull._Solver, "_working_set", lambda self, i, initial: False)
+    monkeypatch.setattr(hull_fast, "screen_own_directions", lambda s, show: None)
+    monkeypatch.setattr(hull_fast, "screen_local_normals", lambda s, rows, nb: None)
+    monkeypatch.setattr(hull_fast, "screen_random_directions", lambda s: None)
+    monkeypatch.setattr(hull_fast, "working_sets", lambda s, rows, nb, show: {})
     res = selectable_keys(keys)
     assert res.stats["lp"] == len(keys) - res.stats["duplicates"] and res.stats["duplicates"] >= 6
     np.testing.assert_array_equal(res.selectable, reference.selectable)

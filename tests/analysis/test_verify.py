@@ -18,7 +18,7 @@ from exactlens.errors import ExactLensError
 from exactlens.languages import get as get_language
 from exactlens.tasks import Parity, kinds
 
-VERIFY_KEYS = {"name", "dtype", "seed", "results", "task", "decision_rule"}
+VERIFY_KEYS = {"name", "dtype", "seed", "results", "task", "decision_rule", "device"}
 VERIFY_OPTIONAL = {"params"}
 ROW_KEYS = {"length", "strings", "accuracy", "cross_entropy_bits", "min_abs_logit"}
 ROW_OPTIONAL = {"exhaustive", "non_finite_words"}
@@ -142,7 +142,7 @@ def test_verify_accepts_a_prebuilt_model_and_rejects_bad_input():
 def test_precision_first_flawed_c3():
     """e^3 = 20.09: every word with |w| <= 20 is right, 1 0^20 is wrong."""
     result = precision("first-flawed", dtype="float64", max_length=40, strings=16, params={"c": 3.0})
-    assert PRECISION_KEYS <= set(result) <= PRECISION_KEYS | {"params"}
+    assert PRECISION_KEYS <= set(result) <= PRECISION_KEYS | {"params", "device"}
     assert result["name"] == "first-flawed" and result["dtype"] == "float64"
     assert result["max_exact_length"] == 20
     assert result["first_failure_length"] == 21

@@ -14,6 +14,7 @@ import copy
 
 import pytest
 import torch
+from samples import construction_sample
 
 from exactlens import constructions, tasks
 from exactlens.errors import ExactLensError
@@ -148,7 +149,7 @@ def check_stacked(
 
 # ---- every construction -------------------------------------------------------------------------
 
-CONSTRUCTIONS = constructions.names()
+CONSTRUCTIONS = construction_sample()
 
 
 @pytest.mark.parametrize("runs", [2, 1], ids=["R2", "R1"])

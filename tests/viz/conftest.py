@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
+from samples import construction_sample
 
 from exactlens.viz.page import build_report
 
@@ -19,6 +20,6 @@ def quick_report(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Pa
     out = shared / "quick-report"
     with FileLock(str(shared / "quick-report.lock")):
         if not (out / "index.html").exists():  # the builder holds the lock until it is done
-            index = build_report(None, out, quick=True)
+            index = build_report(construction_sample(), out, quick=True)
             assert index == out / "index.html"
     return out

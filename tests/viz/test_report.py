@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from samples import construction_sample
 
-from exactlens.constructions import names
 from exactlens.papers.chiang_cholak import figures as cf
 from exactlens.viz.page import Section, build_report, section_builders
 
@@ -36,7 +36,7 @@ def _strict_json(path: Path):
 
 def test_index_has_every_construction_and_the_figures(report: Path) -> None:
     page = (report / "index.html").read_text(encoding="utf-8")
-    for name in names():
+    for name in construction_sample():
         assert f'id="construction-{name}"' in page
         assert f'href="attention/{name}.html"' in page
         assert f'src="attention/{name}.png"' in page
@@ -44,7 +44,7 @@ def test_index_has_every_construction_and_the_figures(report: Path) -> None:
     assert 'src="figures/fig2.png"' in page and 'src="figures/fig3.png"' in page
     meta = _strict_json(report / "data" / "report.json")
     assert meta["errors"] == []
-    assert meta["constructions"] == names()
+    assert meta["constructions"] == construction_sample()
 
 
 def test_nothing_is_fetched_from_the_network(report: Path) -> None:
@@ -64,7 +64,7 @@ def test_attention_pages_share_one_circuitsvis_bundle(report: Path) -> None:
     bundle = report / "assets" / "circuitsvis.js"
     assert bundle.stat().st_size > 1_000_000 and "var CircuitsVis=" in bundle.read_text(encoding="utf-8")
     pages = sorted((report / "attention").rglob("*.html"))
-    assert set(names()) <= {p.stem for p in pages}  # one per construction (other sections add more)
+    assert set(construction_sample()) <= {p.stem for p in pages}  # one per construction (other sections add more)
     for page in pages:
         text = page.read_text(encoding="utf-8")
         assert len(text) < 200_000, f"{page}: the bundle must not be inlined"
@@ -82,7 +82,7 @@ def test_the_quick_report_is_small(report: Path) -> None:
 
 def test_pngs_are_png_files(report: Path) -> None:
     pngs = list(report.rglob("*.png"))
-    assert len(pngs) >= 2 * len(names()) + 2  # attention previews, precision plots, Fig. 2 and 3
+    assert len(pngs) >= 2 * len(construction_sample()) + 2  # attention previews, precision plots, Fig. 2 and 3
     for path in pngs:
         data = path.read_bytes()
         assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and len(data) > 1000, path

@@ -37,36 +37,33 @@ unselectable, and a selectable key's lead must exceed the tolerance. Certificate
 with unit l2-norm queries; because ``||q||_1 >= ||q||_2`` the reported ``margin`` is at least the
 l1-normalised lead, so every verified margin is > eps. Unselectable certificates are the convex
 weights, with their reconstruction residual (max abs entry, original units) <= eps.
-Every certificate is recomputed in float64 from the keys before it is accepted; LP answers are
-not trusted on their own. Only keys within the LP solver's precision (about 1e-10 relative) of
-the tolerance boundary can end without a verified certificate: they are then decided by the LP
-optimum and counted in ``stats["boundary"]``.
+Every certificate is recomputed in float64 from the keys before it is accepted (in the first
+screen of the fast method, float32 scores with a rigorous rounding-error bound rule out all but one
+block of competing keys, and that block is recomputed in float64; see ``hull_gram``); LP answers
+are not trusted on their own. Only keys near the tolerance boundary can end without a verified
+certificate: they are then decided by the LP optimum and counted in ``stats["boundary"]``. In
+practice these are near-duplicates a few eps apart, where HiGHS's answers (and NNLS's) are
+accurate only to a few eps; elsewhere (lattices, normal keys, spheres) none was ever seen.
 
 Methods:
 
 * ``"naive"``: for every key one LP over all the other keys (scipy ``linprog``, HiGHS): the
   hull-membership feasibility problem k_i = sum_j lambda_j k_j, lambda in the simplex, relaxed by
   a slack t in each coordinate, minimising t. The optimum t* is the l-infinity distance to the
-  hull; the primal gives the weights, the dual (``res.ineqlin.marginals``) the query. It is the
-  reference.
-* ``"fast"`` (default): the same decisions with far fewer and far smaller solves.
-  (1) Exact duplicates are unselectable with weight 1 on their twin.
-  (2) Cheap certification of selectable keys: scores of all keys along many directions at once
-  (every centred key, every raw key, random Gaussian directions) in blocked matrix products; a key
-  that is the strict argmax along a direction with l1-normalised lead > eps is certified with
-  that direction.
-  (3) Each remaining key gets an output-sensitive working-set solve: non-negative least squares
-  (Lawson-Hanson, ``scipy.optimize.nnls``) of [k_i; 1] by [k_j; 1] over a small working set W of
-  other keys (first its nearest neighbours). A zero residual means k_i is in conv(W), hence
-  unselectable, with the weights as certificate. Otherwise the residual r of the NNLS optimum
-  separates k_i from conv(W) (KKT: r_k . (k_i - k_j) >= ||r||^2 for all j in W, where r_k is the
-  key part of r; keys centred and divided by their spread, as all solves here see them), so it is a
-  candidate query; it is checked against all keys: if k_i wins with lead > eps it is certified
-  selectable, otherwise the keys that beat it along r (those with positive NNLS gradient) join W
-  and the solve repeats (column generation, i.e. a Clarkson-style scheme where the points that
-  win along a separating direction are the new hull points). Keys that win along such a
-  direction with a clear lead are certified selectable on the way.
-  (4) Anything still undecided falls back to the naive per-key LP.
+  hull; the primal gives the weights, the dual (``res.ineqlin.marginals``) the query. Where
+  neither passes its check (keys within ~1e-9 of the tolerance, near-duplicates), a separation LP
+  for the query and NNLS over all other keys for the weights are tried before the LP optimum
+  decides; HiGHS's dual simplex, which can stall at these tolerances, is backed by its
+  interior-point method. It is the reference.
+* ``"fast"`` (default): the same decisions with far fewer and far smaller solves, every key
+  certified against all keys (module ``hull_fast``, which lists the stages). In short: exact
+  duplicates; every key along its own centred vector, in one symmetric Gram matrix computed in
+  float32 tiles with a rigorous rounding-error bound and the decisive score recomputed in float64
+  (``hull_gram``); then raw vectors, local outward normals and random directions; then, for all
+  keys left at once, Gilbert (Frank-Wolfe) rounds and column generation with non-negative least
+  squares over small working sets, each round scoring every candidate query against all keys in
+  one matrix product (``hull_scores``, ``hull_columns``); then LPs over working sets (cutting
+  planes), and the naive LP for anything still undecided.
 """
 
 from __future__ import annotations
@@ -81,6 +78,11 @@ import scipy.optimize
 import scipy.sparse
 import torch
 
+from exactlens.analysis import hull_fast
+from exactlens.analysis.hull_scores import SELECTABLE as _SELECTABLE
+from exactlens.analysis.hull_scores import UNDECIDED as _UNDECIDED
+from exactlens.analysis.hull_scores import UNSELECTABLE as _UNSELECTABLE
+from exactlens.analysis.hull_scores import scores_along, threads_for_products
 from exactlens.errors import ExactLensError
 from exactlens.progress import bar
 from exactlens.resources import check_work
@@ -98,8 +100,6 @@ METHODS = ("fast", "naive")
 
 _HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 _RANK_RTOL = 1e-10  # singular values below this fraction of the largest span no key difference
-_BLOCK_ENTRIES = 1 << 22  # entries of one block of scores (32 MiB of float64)
-_UNSELECTABLE, _SELECTABLE, _UNDECIDED = 0, 1, -1
 
 
 # ----------------------------------------------------------------------------- results
@@ -247,7 +247,9 @@ class _Solver:
         if self.unit > 0:
             self.tol = tol * self.scale / self.unit
             self.Y = centred / self.unit
-            _, sv, vt = np.linalg.svd(self.Y, full_matrices=False)
+            # The singular values and right singular vectors of Y are those of R in Y = QR (d x d at most).
+            r = torch.linalg.qr(torch.from_numpy(self.Y), mode="r").R.numpy()  # torch: its threads can be set
+            _, sv, vt = np.linalg.svd(r, full_matrices=False)
             self.basis = vt[: int(np.count_nonzero(sv > sv[0] * _RANK_RTOL))]
         else:  # all keys equal
             self.tol = math.inf
@@ -255,6 +257,7 @@ class _Solver:
             self.basis = np.zeros((0, self.d))
         self.raw = keys  # directions from the origin (only their direction matters)
         self.state = np.full(self.n, _UNDECIDED, dtype=np.int8)
+        self.duplicate = np.zeros(self.n, dtype=bool)  # equal to another key (set by the fast method)
         self.queries = np.zeros((self.n, self.d))
         self.margins = np.full(self.n, np.nan)
         self.residuals = np.full(self.n, np.nan)
@@ -272,6 +275,14 @@ class _Solver:
         self.margins[i] = self._lead(i, q) / norm * self.unit
         self.stats[stage] += 1
 
+    def set_selectable_many(self, rows: np.ndarray, queries: np.ndarray, leads: np.ndarray, stage: str) -> None:
+        """Record queries[k] (any norm) for key rows[k] with its lead q.y_i - max_{j != i} q.y_j (internal units)."""
+        norms = np.linalg.norm(queries, axis=1)
+        self.state[rows] = _SELECTABLE
+        self.queries[rows] = queries / norms[:, None]
+        self.margins[rows] = leads / norms * self.unit
+        self.stats[stage] += int(rows.size)
+
     def _set_unselectable(self, i: int, idx: np.ndarray, lam: np.ndarray, res: float, stage: str) -> None:
         self.state[i] = _UNSELECTABLE
         self.support[i] = (idx, lam)
@@ -282,7 +293,7 @@ class _Solver:
 
     def _lead(self, i: int, q: np.ndarray) -> float:
         """q.y_i - max_{j != i} q.y_j in internal units."""
-        scores = self.Y @ q
+        scores = scores_along(self.Y, q)
         own = scores[i]
         scores[i] = -np.inf
         return float(own - scores.max())
@@ -338,11 +349,13 @@ class _Solver:
 
     # --------------------------------------------------------------- naive: one LP per key
 
-    def decide_by_lp(self, i: int) -> None:
-        self._stage = "lp"
-        n, d, Y = self.n, self.d, self.Y
-        others = np.delete(np.arange(n), i)
-        m = n - 1
+    def _membership_lp(self, i: int, others: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """min t s.t. |sum_j lambda_j y_j - y_i| <= t per coordinate, lambda in the simplex over ``others``.
+
+        Returns t* (the l-infinity distance from y_i to conv(others)), the weights and the dual query.
+        """
+        d, Y = self.d, self.Y
+        m = others.size
         yo_t = Y[others].T
         cost = np.zeros(m + 1)
         cost[-1] = 1.0
@@ -350,19 +363,55 @@ class _Solver:
         b_ub = np.concatenate([Y[i], -Y[i]])
         a_eq = np.append(np.ones(m), 0.0)[None, :]
         res = _linprog(cost, a_ub, b_ub, a_eq, np.ones(1), (0, None))
-        t_star = float(res.fun)
-        idx, lam, r = self._weights(i, others, res.x[:m])
+        marg = np.asarray(res.ineqlin.marginals)
+        return float(res.fun), res.x[:m], marg[:d] - marg[d:]
+
+    def decide_on_subset(self, i: int, others: np.ndarray) -> np.ndarray | None:
+        """The LP over some other keys only; certify key i if its answer holds for all keys.
+
+        Weights over a subset are a certificate for the whole set; the dual query is checked against
+        every key. Returns None if decided, else the dual query (oriented to favour key i over
+        ``others``), whose violators the caller adds to the subset.
+        """
+        self._stage = "lp"
+        try:
+            _, lam, q = self._membership_lp(i, others)
+        except RuntimeError:
+            return np.zeros(self.d)
+        idx, lam, r = self._weights(i, others, lam)
+        if r <= self.tol:
+            self._set_unselectable(i, idx, lam, r, "lp")
+            return None
+        if self._try_direction(i, q) or self._try_direction(i, -q):
+            return None
+        scores = self.Y[others] @ q
+        return q if q @ self.Y[i] - scores.max() >= -q @ self.Y[i] + scores.min() else -q
+
+    def decide_by_lp(self, i: int) -> None:
+        self._stage = "lp"
+        others = np.delete(np.arange(self.n), i)
+        t_star, lam, q = self._membership_lp(i, others)
+        idx, lam, r = self._weights(i, others, lam)
         if r <= self.tol:
             self._set_unselectable(i, idx, lam, r, "lp")
             return
-        marg = np.asarray(res.ineqlin.marginals)
-        q = marg[:d] - marg[d:]
         if self._try_direction(i, q) or self._try_direction(i, -q):
             return
-        if t_star > self.tol:
-            q2 = self._separation_lp(i, others)
-            if q2 is not None and self._try_direction(i, q2):
-                return
+        # The dual query failed its check (and so did the weights): solve for the query directly. Also
+        # when t* <= tol: HiGHS's t* is only as accurate as its tolerances, and a verified query wins.
+        q2 = self._separation_lp(i, others)
+        if q2 is not None and self._try_direction(i, q2):
+            return
+        # And the weights directly: Lawson-Hanson NNLS of [y_i; 1] by [y_j; 1] is exact on its support.
+        a = np.vstack([self.Y[others].T, np.ones(others.size)])
+        try:
+            mu, _ = scipy.optimize.nnls(a, np.append(self.Y[i], 1.0), maxiter=50 * (others.size + self.d + 1))
+        except RuntimeError:
+            mu = np.zeros(others.size)
+        idx2, lam2, r2 = self._weights(i, others, mu)
+        if r2 <= self.tol:
+            self._set_unselectable(i, idx2, lam2, r2, "lp")
+            return
         # Within solver precision of the tolerance boundary: decide by the LP optimum.
         self.stats["boundary"] += 1
         if t_star <= self.tol or not np.any(q):
@@ -394,132 +443,13 @@ class _Solver:
         return res.x[:d] - res.x[d : 2 * d]
 
     def run_naive(self) -> None:
-        for i in range(self.n):
+        for i in bar(range(self.n), desc="hull: one LP per key", unit="key", min_items=PROGRESS_FROM):
             self.decide_by_lp(i)
 
     # --------------------------------------------------------------- fast
 
     def run_fast(self) -> None:
-        self._mark_duplicates()
-        self._screen_directions()
-        undecided = np.flatnonzero(self.state == _UNDECIDED)
-        if undecided.size:
-            k = min(self.n - 1, self.d + 2)
-            neighbours = self._nearest(undecided, k)
-            pairs = zip(undecided.tolist(), neighbours, strict=True)
-            for i, nb in bar(pairs, total=undecided.size, desc="hull: keys left after screening", unit="key",
-                             min_items=PROGRESS_FROM):
-                if self.state[i] == _UNDECIDED and not self._working_set(i, nb):
-                    self.decide_by_lp(i)
-
-    def _mark_duplicates(self) -> None:
-        """Exact duplicates: weight 1 on a twin (the group's first copy; the first copy gets the second)."""
-        _, inverse, counts = np.unique(self.Y, axis=0, return_inverse=True, return_counts=True)
-        inverse = inverse.reshape(-1)
-        order = np.argsort(inverse, kind="stable")  # members of each group, in index order
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        first, second = order[starts], order[np.minimum(starts + 1, self.n - 1)]
-        for i in np.flatnonzero(counts[inverse] > 1).tolist():
-            g = inverse[i]
-            twin = first[g] if first[g] != i else second[g]
-            self._set_unselectable(i, np.array([twin]), np.ones(1), 0.0, "duplicates")
-
-    def _screen_directions(self) -> None:
-        """Scores along many directions at once; certify every strict argmax with lead > tol."""
-        self._stage = "directions"
-        n, d, Y = self.n, self.d, self.Y
-        rng = np.random.default_rng(0)
-        n_random = int(min(max(2 * n, 64), 20000))
-        dirs = np.vstack([Y, self.raw, rng.standard_normal((n_random, d))])
-        l1 = np.abs(dirs).sum(axis=1)
-        dirs, l1 = dirs[l1 > 0], l1[l1 > 0]
-        best = np.full(n, -np.inf)
-        best_dir = np.zeros((n, d))
-        block = max(1, _BLOCK_ENTRIES // n)
-        for start in range(0, dirs.shape[0], block):
-            dblock = dirs[start : start + block]
-            scores = dblock @ Y.T  # one row of scores per direction
-            rows = np.arange(scores.shape[0])
-            top = scores.argmax(axis=1)
-            v1 = scores[rows, top]
-            scores[rows, top] = -np.inf
-            lead = (v1 - scores.max(axis=1)) / l1[start : start + block]
-            ok = (lead > self.tol) & (self.state[top] == _UNDECIDED)
-            for j in np.flatnonzero(ok).tolist():  # at most one entry per direction
-                if lead[j] > best[top[j]]:
-                    best[top[j]] = lead[j]
-                    best_dir[top[j]] = dblock[j]
-        for i in np.flatnonzero(np.isfinite(best)).tolist():
-            # Re-verified one key at a time (and projected on the keys' span); a key whose lead is
-            # within rounding of tol stays undecided and goes on to the working-set stage.
-            self._try_direction(i, best_dir[i])
-
-    def _nearest(self, rows: np.ndarray, k: int) -> np.ndarray:
-        """Indices of the k nearest other keys of each key in rows (Euclidean)."""
-        Y = self.Y
-        sq = np.einsum("ij,ij->i", Y, Y)
-        out = np.empty((rows.size, k), dtype=np.int64)
-        block = max(1, _BLOCK_ENTRIES // self.n)
-        for start in range(0, rows.size, block):
-            r = rows[start : start + block]
-            dist = sq[None, :] - 2.0 * (Y[r] @ Y.T)
-            dist[np.arange(r.size), r] = np.inf
-            out[start : start + r.size] = np.argpartition(dist, k - 1, axis=1)[:, :k]  # k <= n - 1
-        return out
-
-    def _working_set(self, i: int, initial: np.ndarray) -> bool:
-        """Column generation with NNLS over a growing working set; False if undecided."""
-        self._stage = "working_set"
-        Y, d = self.Y, self.d
-        work = [int(j) for j in initial if j != i]
-        in_work = np.zeros(self.n, dtype=bool)
-        in_work[work] = True
-        target = np.append(Y[i], 1.0)
-        n_new = max(2, (d + 1) // 2)
-        for _ in range(3 * (d + 1) + 10):
-            w_idx = np.asarray(work, dtype=np.int64)
-            a = np.vstack([Y[w_idx].T, np.ones(w_idx.size)])
-            try:
-                lam, rnorm = scipy.optimize.nnls(a, target, maxiter=50 * (w_idx.size + d + 1))
-            except RuntimeError:
-                return False
-            total = float(lam.sum())
-            # Weights within tol of y_i (l-inf) would give an NNLS residual <= sqrt(d+1) * tol.
-            if total > 0 and rnorm <= 2.0 * math.sqrt(d + 1) * self.tol + 1e-13:
-                idx, lw, res = self._weights(i, w_idx, lam)
-                if res <= self.tol:
-                    self._set_unselectable(i, idx, lw, res, "working_set")
-                    return True
-            r_y = Y[i] - lam @ Y[w_idx]
-            r_w = 1.0 - total
-            if not np.any(r_y):
-                return False
-            scores = Y @ r_y
-            own = scores[i]
-            scores[i] = -np.inf
-            first = int(scores.argmax())
-            best = float(scores[first])
-            l1 = float(np.abs(r_y).sum())
-            if own - best > self.tol * l1:
-                if self._try_direction(i, r_y):
-                    return True
-            elif self.state[first] == _UNDECIDED:
-                # The key that wins along r: certify it too if it wins clearly (a new hull vertex).
-                scores[first] = -np.inf
-                second = max(own, float(scores.max()))
-                scores[first] = best
-                if best - second > self.tol * l1:
-                    self._try_direction(first, r_y)
-            grad = scores + r_w  # NNLS gradient of the columns [y_j; 1]: positive lowers the residual
-            grad[in_work] = -np.inf
-            cand = np.flatnonzero(grad > 0)
-            if cand.size == 0:
-                return False
-            if cand.size > n_new:
-                cand = cand[np.argpartition(grad[cand], -n_new)[-n_new:]]
-            work.extend(cand.tolist())
-            in_work[cand] = True
-        return False
+        hull_fast.run(self)
 
     # --------------------------------------------------------------- result
 
@@ -552,33 +482,33 @@ class _Solver:
         )
 
 
+_LP_ATTEMPTS = (  # tried in turn until one solves; every answer is verified afterwards anyway
+    ("highs", _HIGHS_OPTIONS),
+    ("highs", dict(_HIGHS_OPTIONS, presolve=False)),
+    ("highs-ipm", _HIGHS_OPTIONS),  # the dual simplex can stall at these tolerances on near-duplicate keys
+    ("highs", {}),
+)
+
+
 def _linprog(cost, a_ub, b_ub, a_eq, b_eq, bounds):
-    res = scipy.optimize.linprog(
-        cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs", options=_HIGHS_OPTIONS
-    )
-    if res.status != 0:
+    for method, options in _LP_ATTEMPTS:
         res = scipy.optimize.linprog(
-            cost,
-            A_ub=a_ub,
-            b_ub=b_ub,
-            A_eq=a_eq,
-            b_eq=b_eq,
-            bounds=bounds,
-            method="highs",
-            options=dict(_HIGHS_OPTIONS, presolve=False),
+            cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method=method, options=options
         )
-    if res.status != 0:
-        raise RuntimeError(f"HiGHS failed on a hull-membership LP: {res.message}")
-    return res
+        if res.status == 0:
+            return res
+    raise RuntimeError(f"HiGHS failed on a hull-membership LP: {res.message}")
 
 
 # ----------------------------------------------------------------------------- public API
 
 
 HULL_OPERATIONS_PER_PAIR = 10
-"""Work estimate of the fast method: about this many operations per (key, key, dimension), LP overhead
-included (measured: n = 10^4, d = 16 takes ~5 s); beyond the work limit a call is refused up front."""
-PROGRESS_FROM = 500  # keys left for LPs from which a progress bar shows
+"""Work estimate of the fast method: at most about this many operations per (key, key, dimension) for
+key sets whose keys are mostly hull vertices (measured: n = 10^5 standard-normal keys in d = 64 take
+~12 s of CPU, the float32 Gram matrix being 90 % of it); beyond the work limit a call is refused up
+front. Sets with most keys inside the hull in high dimension cost more (docs/brody.md)."""
+PROGRESS_FROM = hull_fast.PROGRESS_FROM  # key sets from this size show progress bars
 
 
 def selectable_keys(keys: np.ndarray | torch.Tensor, *, tol: float = 1e-9, method: str = "fast") -> SelectabilityResult:
@@ -607,12 +537,13 @@ def selectable_keys(keys: np.ndarray | torch.Tensor, *, tol: float = 1e-9, metho
     # Margins and residuals come back in the keys' own units.
     top = float(np.abs(arr).max())
     exponent = int(np.frexp(top)[1]) if top > 0 else 0
-    solver = _Solver(np.ldexp(arr, -exponent), tol)
-    if not solver.trivial():
-        if method == "naive":
-            solver.run_naive()
-        else:
-            solver.run_fast()
+    with threads_for_products():
+        solver = _Solver(np.ldexp(arr, -exponent), tol)
+        if not solver.trivial():
+            if method == "naive":
+                solver.run_naive()
+            else:
+                solver.run_fast()
     result = solver.result(method)
     return dataclasses.replace(result, margins=np.ldexp(result.margins, exponent),
                                residuals=np.ldexp(result.residuals, exponent), scale=top)

@@ -355,6 +355,7 @@ def hull_report(
     sequences_per_length: int = 4,
     dtype: str = "float64",
     method: str = "fast",
+    device: Any = None,
 ) -> dict[str, Any]:
     """:func:`unselectable_by_layer` on a construction (by name) or a checkpoint directory.
 
@@ -363,13 +364,17 @@ def hull_report(
     maximum; all words when there are fewer), right-padded into one batch. A checkpoint
     (``ExactTransformer.load``) is run on uniformly random token ids from ``cfg.d_vocab`` with
     ``lengths`` positions (default 4, 8, 16; capped at n_ctx for a learned positional table).
-    ``seed`` drives the sampling. Returns the dict of :func:`unselectable_by_layer` with a
-    ``"target"`` entry describing what was run.
+    ``seed`` drives the sampling. ``device`` (exactlens.devices; None: the CPU) is where the model
+    runs; the keys come back to the CPU for the hull's linear programs. Returns the dict of
+    :func:`unselectable_by_layer` with a ``"target"`` entry describing what was run and ``"device"``.
     """
+    from exactlens.devices import device_name, resolve_device
+
     if isinstance(sequences_per_length, bool) or not isinstance(sequences_per_length, int) or sequences_per_length < 1:
         raise ExactLensError(f"sequences_per_length must be an integer >= 1, got {sequences_per_length!r}")
     gen = torch.Generator().manual_seed(int(seed))
     path = Path(target)
+    resolve_device(device)  # a device that is not there fails before any work
     if path.is_dir():
         from exactlens.model.transformer import ExactTransformer
 
@@ -402,5 +407,6 @@ def hull_report(
         info = {"kind": "construction", "name": construction.name, "paper": construction.paper, "dtype": dtype,
                 "word_lengths": wanted, "sequences_per_length": sequences_per_length, "seed": int(seed)}
     tokens, n_positions = _pad(batches)
-    result = unselectable_by_layer(model, tokens, n_positions=n_positions, tol=tol, method=method)
-    return {"target": info, **result}
+    where = resolve_device(device, model.cfg.dtype)  # MPS: float32 only
+    result = unselectable_by_layer(model.to(where), tokens, n_positions=n_positions, tol=tol, method=method)
+    return {"target": info, **result, "device": device_name(where)}

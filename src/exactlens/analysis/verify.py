@@ -23,6 +23,7 @@ import torch
 
 from exactlens import tasks
 from exactlens.constructions.registry import Construction, get
+from exactlens.devices import device_name
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.progress import bar
@@ -74,9 +75,11 @@ def outputs_of(model: ExactTransformer, tokens: torch.Tensor, n_positions: torch
     """The model's readout, computed in chunks that keep attention memory bounded. From
     READOUT_ONLY_FROM positions on, the last layer is computed at the readout position only (the same
     outputs; half the [query, key] work of a two-layer model; shorter inputs keep the full pass, so
-    every figure measured below that length is unchanged to the last bit)."""
+    every figure measured below that length is unchanged to the last bit). The model runs on its own
+    device; the outputs come back on the tokens' device (scoring stays on the CPU)."""
     only = model.cfg.readout != "per_position" and tokens.shape[1] >= READOUT_ONLY_FROM
-    return model.readout(tokens, n_positions, max_score_bytes=ATTENTION_MEMORY_BUDGET, readout_only=only)
+    outputs = model.readout(tokens, n_positions, max_score_bytes=ATTENTION_MEMORY_BUDGET, readout_only=only)
+    return outputs.to(tokens.device)
 
 
 def readout_logits(model: ExactTransformer, tokens: torch.Tensor) -> torch.Tensor:
@@ -178,20 +181,23 @@ def verify(
     exhaustive_limit: int = 4096,
     params: dict[str, Any] | None = None,
     model: ExactTransformer | None = None,
+    device: Any = None,
 ) -> dict[str, Any]:
     """Accuracy, cross-entropy and the smallest margin per length of a construction.
 
-    Lengths whose words number at most exhaustive_limit are checked exhaustively.
+    Lengths whose words number at most exhaustive_limit are checked exhaustively. ``device``
+    (exactlens.devices; None: the CPU) is where the model runs; a given ``model`` runs where it is.
     """
     construction = get(name)
     params = params or {}
-    model = model if model is not None else construction.make(dtype=dtype, **params)
+    model = model if model is not None else construction.make(dtype=dtype, device=device, **params)
     results = verify_model(model, lengths, strings, seed, exhaustive_limit, construction=construction)
     return {
         "name": name,
         "dtype": dtype,
         "seed": seed,
         "params": params,
+        "device": device_name(model.device),
         "task": model.cfg.task,
         "decision_rule": tasks.reader(model).name,
         "results": results,
@@ -227,6 +233,7 @@ def precision(
     seed: int = 0,
     params: dict[str, Any] | None = None,
     lengths: Sequence[int] | None = None,
+    device: Any = None,
 ) -> dict[str, Any]:
     """Where a construction stops being exact in a dtype.
 
@@ -235,13 +242,13 @@ def precision(
     is narrowed by bisection down to GAP_SCAN_LIMIT lengths, which are then checked one by one
     (exact when failures persist once they start, as they do for every construction here).
     max_exact_length is the largest length L such that every checked length <= L is exact (the
-    full range if nothing fails).
+    full range if nothing fails). ``device``: where the model runs (exactlens.devices; None: the CPU).
     """
     construction = get(name)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise ExactLensError(f"max_length must be an integer >= 1, got {max_length!r}")
     params = params or {}
-    model = construction.make(dtype=dtype, **params)
+    model = construction.make(dtype=dtype, device=device, **params)
     reader = tasks.reader(model)
     construction.check_length(max_length, model)
     low = max(1, reader.task.min_length, construction.min_length)
@@ -283,6 +290,7 @@ def precision(
         "name": name,
         "dtype": dtype,
         "params": params,
+        "device": device_name(model.device),
         "task": model.cfg.task,
         "max_exact_length": max_exact,
         "first_failure_length": first_failure,

@@ -1,11 +1,17 @@
 """The ``exactlens`` command. With --json, stdout carries exactly one JSON object; progress and
 messages go to stderr. Verbs are registered with ``register_verb`` (exactlens.cli.registry): the
 core's here, a plug-in's from its ``register()``; bad input gives exit status 2 and one line
-naming the problem."""
+naming the problem.
+
+``exactlens --help`` and ``exactlens list`` answer without importing torch: a verb module imports
+only argparse and exactlens's light modules at its top (its ``run``, and its ``add_arguments`` where
+they need more, import the rest), only the verb being run gets its arguments added, and plug-ins
+register names and light facts (exactlens.plugins.lazy)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from exactlens.cli.registry import VERBS, Verb, register_verb
@@ -16,14 +22,40 @@ from exactlens.version import __version__
 __all__ = ["Verb", "build_parser", "main", "register_verb"]
 
 
+CORE_VERB_MODULES = (
+    "exactlens.cli.listing",
+    "exactlens.cli.verify",
+    "exactlens.cli.precision",
+    "exactlens.cli.train",
+    "exactlens.cli.diff",
+    "exactlens.cli.hull",
+    "exactlens.cli.circuit",
+    "exactlens.cli.discover",
+    "exactlens.cli.report",
+)
+"""The core's verb modules; each registers its verb when imported. A verb module must stay light at
+import (tests/test_cli.py checks that ``--help`` and ``list`` import no torch)."""
+
+
 def _load_core_verbs() -> None:
     """The core's verbs register themselves when their modules are imported (here, not at import of
-    exactlens.cli, so that ``exactlens --version`` answers without loading torch)."""
-    from exactlens.cli import diff, hull, listing, precision, report, train, verify  # noqa: F401
+    exactlens.cli, so that ``exactlens --version`` answers without loading anything)."""
+    for module in CORE_VERB_MODULES:
+        importlib.import_module(module)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen_verb(argv: list[str] | None) -> str | None:
+    """The verb named in argv (the first word that is not an option: the global options take no value)."""
+    if argv is None:
+        return None
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every verb; given ``argv``, only the verb it names gets its arguments (a verb's
+    arguments may import what the verb needs: ``exactlens --help`` imports none of them)."""
     _load_core_verbs()
+    chosen = _chosen_verb(argv)
     parser = argparse.ArgumentParser(prog="exactlens", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks (for bug reports)")
     parser.add_argument("--version", action="version", version=f"exactlens {__version__}")
@@ -31,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for verb in sorted(VERBS.values(), key=lambda v: (v.order, v.name)):
         p = sub.add_parser(verb.name, help=verb.help, description=verb.description or verb.help)
-        verb.add_arguments(p)
+        if argv is None or verb.name == chosen:
+            verb.add_arguments(p)
         p.set_defaults(func=verb.run)
     return parser
 
@@ -65,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     debug = "--debug" in argv
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
         set_quiet(args.quiet)
         args.func(args)
     except KeyboardInterrupt:

@@ -1,4 +1,6 @@
-"""Helpers shared by the verbs: --param parsing, one JSON object on stdout, progress on stderr."""
+"""Helpers shared by the verbs: --param parsing, --device, one JSON object on stdout, progress on stderr.
+
+Like every verb module, this one imports nothing heavy (``exactlens --help`` and ``list`` load it)."""
 
 from __future__ import annotations
 
@@ -34,8 +36,16 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def add_device_argument(p: argparse.ArgumentParser, what: str = "") -> None:
+    """--device {cpu,cuda,mps,auto} (also cuda:N), default auto: CUDA if present, else MPS, else the CPU
+    (exactlens.devices; a device that is not there is an error naming those that are)."""
+    p.add_argument("--device", default="auto", metavar="{cpu,cuda,mps,auto}",
+                   help="where models run: cpu, cuda (or cuda:N), mps, or auto (default: CUDA if present, else "
+                   "MPS, else the CPU)" + (f"; {what}" if what else ""))
+
+
 def construction_arguments(p: argparse.ArgumentParser) -> None:
-    """NAME --dtype --seed --param --json: the options of verbs that build one construction."""
+    """NAME --dtype --seed --param --device --json: the options of verbs that build one construction."""
     p.add_argument("name", help="a construction name (see `exactlens list`)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     p.add_argument("--seed", type=int, default=0)
@@ -45,4 +55,5 @@ def construction_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="construction parameter, e.g. --param c=2 --param eps=0 (repeatable)",
     )
+    add_device_argument(p)
     p.add_argument("--json", action="store_true")

@@ -12,11 +12,8 @@ import argparse
 import sys
 from typing import Any
 
-from exactlens.analysis.diff import PARTS, diff
-from exactlens.analysis.verify import parse_lengths
-from exactlens.cli.common import emit, parse_params, progress
+from exactlens.cli.common import add_device_argument, emit, parse_params, progress
 from exactlens.cli.registry import Verb, register_verb
-from exactlens.viz.diff_page import check_diff_page, write_diff_page
 
 __all__ = ["format_diff_text", "run"]
 
@@ -67,6 +64,10 @@ def format_diff_text(result: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
+    from exactlens.analysis.diff import diff
+    from exactlens.analysis.verify import parse_lengths
+    from exactlens.viz.diff_page import check_diff_page, write_diff_page
+
     lengths = parse_lengths(args.lengths) if args.lengths else None
     if args.html:  # before the work: a page that cannot be written is said now, not after minutes
         check_diff_page(args.html, args.overwrite)
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace) -> None:
         das_steps=args.das_steps,
         alignment_pairs=args.alignment_pairs,
         untrained_baseline=not args.no_untrained_baseline,
+        device=args.device,
     )
     emit(result, args.json, format_diff_text(result))  # the result first: a failing page write cannot lose it
     sys.stdout.flush()
@@ -93,12 +95,16 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _parts(text: str | None) -> tuple[str, ...]:
+    from exactlens.analysis.diff import PARTS
+
     if text is None:
         return PARTS
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
+    from exactlens.analysis.diff import PARTS
+
     p.add_argument("target", metavar="CHECKPOINT_DIR", help="a checkpoint directory or a construction name")
     p.add_argument("--against", required=True, metavar="NAME", help="the exact construction (see `exactlens list`)")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="parameter of the construction (repeatable)")
@@ -120,6 +126,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="also write an HTML page (attention views next to FILE in FILE_stem_files/)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --html page and its views")
+    add_device_argument(p, "both models run there; words and every comparison stay on the CPU")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 

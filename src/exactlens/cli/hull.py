@@ -16,9 +16,7 @@ import argparse
 import math
 from typing import Any
 
-from exactlens.analysis.hull_model import hull_report
-from exactlens.analysis.hull_random import random_keys
-from exactlens.cli.common import emit, progress
+from exactlens.cli.common import add_device_argument, emit, progress
 from exactlens.cli.registry import Verb, register_verb
 from exactlens.errors import ExactLensError
 
@@ -59,15 +57,20 @@ def format_hull_text(result: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> None:
     """Run `exactlens hull` for parsed arguments; writes the result to stdout."""
+    from exactlens.analysis.hull_model import hull_report
+    from exactlens.analysis.hull_random import random_keys
+    from exactlens.devices import resolve_device
+
     tol = args.tol
     if not (isinstance(tol, float) and math.isfinite(tol) and 0.0 < tol < 1.0):
         raise ExactLensError(f"--tol must be a number in (0, 1) (relative to the keys' scale), got {tol!r}")
     if args.target is None:
-        progress("hull: no target given; unselectable random keys without and with layer norm")
-        result = random_keys(seed=args.seed, tol=tol)
+        resolve_device(args.device)  # a device that is not there is refused here too
+        progress("hull: no target given; unselectable random keys without and with layer norm (on the CPU)")
+        result = {**random_keys(seed=args.seed, tol=tol), "device": "cpu"}
     else:
         progress(f"hull: analysing {args.target}")
-        result = hull_report(args.target, tol=tol, seed=args.seed)
+        result = hull_report(args.target, tol=tol, seed=args.seed, device=args.device)
     emit(result, args.json, format_hull_text(result))
 
 
@@ -78,6 +81,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--tol", type=float, default=1e-9, help="relative tolerance of the hull check (default 1e-9)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled words / tokens / keys")
+    add_device_argument(p, "the model runs there; keys come back to the CPU for the linear programs")
 
 
 register_verb(Verb("hull", "fraction of unselectable keys per layer and head (convex-hull check)", arguments, run,

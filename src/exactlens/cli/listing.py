@@ -1,4 +1,7 @@
-"""`exactlens list [--json]`: the registered constructions (with their tasks), tasks and training presets."""
+"""`exactlens list [--json]`: the registered constructions (with their tasks), tasks and training presets.
+
+Listed from what the plug-ins registered, without importing their builders, tasks or presets (nor
+torch): lazily registered entries show the facts they were registered with (exactlens.plugins)."""
 
 from __future__ import annotations
 
@@ -8,16 +11,13 @@ from exactlens import tasks
 from exactlens.cli.common import emit
 from exactlens.cli.registry import Verb, register_verb
 from exactlens.constructions import get, names
-from exactlens.train import get_preset, preset_names
+from exactlens.train.registry import PRESETS, preset_names
 
 
 def catalog() -> dict[str, list[dict]]:
     constructions = [get(n).describe() for n in names()]
-    task_rows = [{"name": n, "kind": tasks.get(n).kind} for n in tasks.names()]
-    presets = [
-        {"name": p.name, "task": p.task, "paper": p.paper, "summary": p.summary}
-        for p in (get_preset(n) for n in preset_names())
-    ]
+    task_rows = [{"name": n, "kind": tasks.info(n)["kind"]} for n in tasks.names()]
+    presets = [{"name": n, **{k: PRESETS.info(n)[k] for k in ("task", "paper", "summary")}} for n in preset_names()]
     return {"constructions": constructions, "tasks": task_rows, "presets": presets}
 
 

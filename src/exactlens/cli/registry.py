@@ -23,7 +23,7 @@ class Verb:
     order: int = 500  # position in `exactlens --help`
 
 
-VERBS: dict[str, Verb] = Registry()
+VERBS: dict[str, Verb] = Registry("command-line verbs")
 
 
 def register_verb(verb: Verb) -> Verb:

@@ -18,11 +18,10 @@ import argparse
 import sys
 from typing import Any
 
-from exactlens.cli.common import emit, parse_params, progress
+from exactlens.cli.common import add_device_argument, emit, parse_params, progress
 from exactlens.cli.registry import Verb, register_verb
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps
-from exactlens.train import get_preset, preset_names, train, train_many
 
 __all__ = ["parse_length", "parse_seeds", "run"]
 
@@ -54,6 +53,8 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> None:
+    from exactlens.train import get_preset, train, train_many
+
     get_preset(args.task)  # an unknown preset fails before any work
     names = (
         "epochs",
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> None:
 
     if args.seeds is not None:
         runs = train_many(args.task, parse_seeds(args.seeds), out=args.out, progress=progress,
-                          overwrite=args.overwrite, **options)
+                          overwrite=args.overwrite, device=args.device, **options)
         if args.json:
             sys.stdout.write(dumps({"runs": [r.info for r in runs]}) + "\n")
             return
@@ -93,7 +94,8 @@ def run(args: argparse.Namespace) -> None:
             sys.stdout.write(f"{args.task} seed {r.seed}: {_final_text(r.final)}; checkpoint {r.checkpoint}\n")
         sys.stdout.write(f"{len(runs)} runs trained together in {runs[0].wall_s:.1f} s\n")
         return
-    result = train(args.task, out=args.out, seed=args.seed, progress=progress, overwrite=args.overwrite, **options)
+    result = train(args.task, out=args.out, seed=args.seed, progress=progress, overwrite=args.overwrite,
+                   device=args.device, **options)
     emit(result.info, args.json, f"{args.task} seed {args.seed}: {result.info['steps']} steps in "
          f"{result.wall_s:.1f} s; {_final_text(result.final)}; checkpoint {args.out}")
 
@@ -106,6 +108,8 @@ def _final_text(final: dict[str, Any]) -> str:
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
+    from exactlens.train.registry import preset_names
+
     p.add_argument("task", metavar="NAME", help="a paper preset (" + ", ".join(preset_names()) + ") or any "
                    "construction name: its task, trained in the construction's shape (exactlens list)")
     p.add_argument("--out", required=True, help="checkpoint directory (appears when training is complete)")
@@ -142,6 +146,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--positions", choices=("paper", "first"), help="ONE: the exact solution's i/n or FIRST's I[i=1]")
     p.add_argument("--num-classes", dest="num_classes", type=int, help="majority: number of classes")
     p.add_argument("--threads", type=int, help="torch threads (default: as set)")
+    add_device_argument(p, "words and initial weights are drawn on the CPU whatever the device (run.json: device)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="any option of the preset (repeatable; values parsed as JSON where possible)")
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from exactlens.analysis.verify import parse_lengths, verify
 from exactlens.cli.common import construction_arguments, emit, parse_params, progress
 from exactlens.cli.registry import Verb, register_verb
-from exactlens.constructions import get
 from exactlens.errors import ExactLensError
 
 
@@ -16,10 +14,15 @@ def _num(value: float | None, spec: str) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    lengths = parse_lengths(args.lengths)
+    from exactlens.analysis.verify import parse_lengths, verify
+    from exactlens.constructions import get
+
     params = parse_params(args.param)
-    model = get(args.name).make(dtype=args.dtype, **params)  # bad names/parameters fail before any progress
-    progress(f"verifying {args.name} ({args.dtype}) on {len(lengths)} lengths")
+    # bad names, parameters or devices fail before any progress
+    construction = get(args.name)
+    model = construction.make(dtype=args.dtype, device=args.device, **params)
+    lengths = construction.default_lengths(model) if args.lengths is None else parse_lengths(args.lengths)
+    progress(f"verifying {args.name} ({args.dtype}, {model.device}) on {len(lengths)} lengths")
     result = verify(
         args.name, lengths, strings=args.strings, dtype=args.dtype, seed=args.seed, params=params, model=model
     )
@@ -46,7 +49,8 @@ def run(args: argparse.Namespace) -> None:
 
 def arguments(p: argparse.ArgumentParser) -> None:
     construction_arguments(p)
-    p.add_argument("--lengths", default="1:12", help="A:B[:STEP] (inclusive) or a,b,c; default 1:12")
+    p.add_argument("--lengths", default=None,
+                   help="A:B[:STEP] (inclusive) or a,b,c; default 1:12 (up to the construction's longest)")
     p.add_argument("--strings", type=int, default=1000, help="random strings per length (short lengths: all)")
 
 

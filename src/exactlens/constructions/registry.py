@@ -5,6 +5,11 @@ plug-ins, a user's package the same way). ``make`` builds the model and records 
 what it answers: ``cfg.task`` (the task with the parameters the model was built for) and
 ``cfg.decision_rule`` (how its outputs are read, when not the task kind's standard way), and
 checks that the model's vocabulary is the task's.
+
+Registering costs no import when ``build`` is a "package.module:function" string and ``parameters``
+declares the builder's keyword parameters with their defaults (dtype left out): ``exactlens list``
+then describes the construction without importing the builder (or torch). The builder is imported
+when a model is first built, and its signature must match the declared parameters exactly.
 """
 
 from __future__ import annotations
@@ -12,22 +17,28 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from exactlens import tasks
 from exactlens.errors import ExactLensError
-from exactlens.model import ExactTransformer
-from exactlens.plugins import Registry
-from exactlens.tasks.decisions import Reader
+from exactlens.plugins import Registry, import_target
+
+if TYPE_CHECKING:
+    import torch
+
+    from exactlens.model import ExactTransformer
+    from exactlens.tasks.decisions import Reader
+
+
+def _signature_defaults(function: Callable[..., Any]) -> dict[str, Any]:
+    return {k: p.default for k, p in inspect.signature(function).parameters.items() if k != "dtype"}
 
 
 @dataclass
 class Construction:
     name: str
     task: str  # the task's registered name (exactlens.tasks)
-    build: Callable[..., ExactTransformer]
+    build: Callable[..., ExactTransformer] | str  # the builder, or "package.module:function" (imported when used)
     paper: str
     summary: str
     max_length: int | None = None  # longest |w| the construction claims (None: any)
@@ -35,16 +46,36 @@ class Construction:
     task_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # builder params -> task params
     decision_rule: str | None = None  # a registered rule (exactlens.tasks.decisions); None: the kind's
     tags: tuple[str, ...] = field(default_factory=tuple)
+    parameters: dict[str, Any] | None = None  # the builder's parameters and defaults (dtype excluded), declared
+    _builder: Callable[..., ExactTransformer] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def language(self) -> str:
         """The task's name (the field's name before tasks had kinds)."""
         return self.task
 
+    @property
+    def builder(self) -> Callable[..., ExactTransformer]:
+        """The builder function (imported from its "module:function" string the first time), checked
+        against the declared ``parameters``."""
+        if self._builder is None:
+            function = import_target(self.build) if isinstance(self.build, str) else self.build
+            if not callable(function):
+                raise ExactLensError(f"construction {self.name!r}: its builder {self.build!r} is not callable")
+            if self.parameters is not None and _signature_defaults(function) != self.parameters:
+                raise ExactLensError(
+                    f"construction {self.name!r} declares the parameters {self.parameters}, but its builder "
+                    f"{getattr(function, '__qualname__', function)} takes {_signature_defaults(function)}"
+                )
+            self._builder = function
+        return self._builder
+
     def defaults(self) -> dict[str, Any]:
-        """Builder parameters and their defaults (dtype excluded)."""
-        sig = inspect.signature(self.build)
-        return {k: p.default for k, p in sig.parameters.items() if k != "dtype"}
+        """Builder parameters and their defaults (dtype excluded): the declared ones (no import), else
+        the builder's signature."""
+        if self.parameters is not None:
+            return dict(self.parameters)
+        return _signature_defaults(self.builder)
 
     def resolve(self, params: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(params) - set(self.defaults()))
@@ -57,9 +88,13 @@ class Construction:
         resolved = self.resolve(params)
         return tasks.get(self.task, **(self.task_params(resolved) if self.task_params else {}))
 
-    def make(self, dtype: str = "float32", **params: Any) -> ExactTransformer:
+    def make(self, dtype: str = "float32", device: Any = None, **params: Any) -> ExactTransformer:
+        """The model, built on the CPU and moved to ``device`` (exactlens.devices; None: stays on the CPU)."""
+        from exactlens.devices import resolve_device
+
+        target = resolve_device(device, dtype) if device is not None else None  # a bad device fails first
         task = self.task_of(**params)
-        model = self.build(dtype=dtype, **params)
+        model = self.builder(dtype=dtype, **params)
         cfg = model.cfg
         cfg.model_name = self.name  # the registry name (parameters live in cfg.metadata)
         cfg.task = task.spec()
@@ -72,10 +107,12 @@ class Construction:
         if cfg.vocab is None:
             cfg.vocab = task.vocab
         model.eval()
-        return model
+        return model if target is None else model.to(target)
 
     def reader(self, **params: Any) -> Reader:
         """How this construction's outputs are read (its task and decision rule)."""
+        from exactlens.tasks.decisions import Reader
+
         rule = tasks.decision_rule(self.decision_rule) if self.decision_rule else None
         return Reader(self.task_of(**params), rule)
 
@@ -98,6 +135,16 @@ class Construction:
                 highs.append(model.cfg.n_ctx - task.n_specials)
         known = [h for h in highs if h is not None]
         return max(self.min_length, task.min_length), (min(known) if known else None)
+
+    def default_lengths(self, model: ExactTransformer | None = None, longest: int = 12) -> list[int]:
+        """What verify checks when no lengths are given: 1..longest within the length range."""
+        low, high = self.length_range(model)
+        return [n for n in range(max(1, low), longest + 1) if high is None or n <= high] or [low]
+
+    def default_max_length(self, model: ExactTransformer | None = None, longest: int = 1000) -> int:
+        """What precision scans up to when no maximum is given: longest, or the construction's longest."""
+        high = self.length_range(model)[1]
+        return longest if high is None else min(longest, high)
 
     def check_length(self, length: int, model: ExactTransformer | None = None) -> None:
         """The task's length limits, the construction's, and a limit the model was built for
@@ -125,21 +172,25 @@ class Construction:
                 )
 
     def describe(self) -> dict[str, Any]:
-        task = self.task_of()
+        """What ``exactlens list --json`` shows. The task is described by the facts it was registered
+        with where it declared them (its default instance's kind and min_length; exactlens.tasks.register),
+        so listing imports nothing."""
+        facts = tasks.info(self.task)
+        task_name, kind, task_min = self.task, facts["kind"], facts["min_length"]
         return {
             "name": self.name,
             "language": self.task,
-            "task": {"name": task.name, "kind": task.kind},
+            "task": {"name": task_name, "kind": kind},
             "paper": self.paper,
             "summary": self.summary,
             "parameters": self.defaults(),
-            "min_length": max(self.min_length, task.min_length),
+            "min_length": max(self.min_length, task_min),
             "max_length": self.max_length,
             "decision_rule": self.decision_rule,
         }
 
 
-REGISTRY: dict[str, Construction] = Registry()
+REGISTRY: dict[str, Construction] = Registry("constructions")
 
 
 def register(construction: Construction) -> Construction:
@@ -176,6 +227,7 @@ def names() -> list[str]:
     return sorted(REGISTRY)
 
 
-def build(name: str, dtype: str = "float32", **params: Any) -> ExactTransformer:
-    """Build a registered construction: ``build("parity", dtype="float64", c=2.0)``."""
-    return get(name).make(dtype=dtype, **params)
+def build(name: str, dtype: str = "float32", device: Any = None, **params: Any) -> ExactTransformer:
+    """Build a registered construction: ``build("parity", dtype="float64", c=2.0)`` (``device``: see
+    exactlens.devices)."""
+    return get(name).make(dtype=dtype, device=device, **params)

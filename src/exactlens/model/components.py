@@ -126,16 +126,17 @@ def visible_keys(mask: str, n_pos: int, n_positions: torch.Tensor, padded: bool 
     None when nothing is masked (no mask, no padding): attention then skips masking."""
     if mask == "none" and not padded:
         return None
-    i = torch.arange(n_pos).unsqueeze(1)
-    j = torch.arange(n_pos).unsqueeze(0)
+    device = n_positions.device
+    i = torch.arange(n_pos, device=device).unsqueeze(1)
+    j = torch.arange(n_pos, device=device).unsqueeze(0)
     structural = {
-        "none": torch.ones(n_pos, n_pos, dtype=torch.bool),
+        "none": torch.ones(n_pos, n_pos, dtype=torch.bool, device=device),
         "causal": j <= i,
         "strict_causal": j < i,
         "past": j >= i,
         "strict_past": j > i,
     }[mask]
-    real_key = torch.arange(n_pos).unsqueeze(0) < n_positions.unsqueeze(1)  # [batch, key]
+    real_key = torch.arange(n_pos, device=device).unsqueeze(0) < n_positions.unsqueeze(1)  # [batch, key]
     return structural.unsqueeze(0).unsqueeze(0) & real_key[:, None, None, :]
 
 
@@ -147,7 +148,7 @@ class FusedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
-        bias = None if mask is None else torch.zeros((), dtype=q.dtype).masked_fill(~mask, -math.inf)
+        bias = None if mask is None else q.new_zeros(()).masked_fill(~mask, -math.inf)
         out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, False, attn_mask=bias, scale=1.0
         )
@@ -262,7 +263,6 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """allowed: bool [batch, 1, query, key], or None when every query sees every key.
         query_rows [batch]: only that query position of each row (keys and values from every position)."""
-        cfg = self.cfg
         x_query = x
         if query_rows is not None:
             x_query = gather_rows(x, query_rows)
@@ -275,10 +275,8 @@ class Attention(nn.Module):
         v = self.hook_v(torch.einsum("bpm,hmd->bphd", x, self.W_V) + self.b_V)
         # Scores (q . k) / divisor [* log n]; the per-row factor is applied to q so
         # that the [query, key] matrix is swept once (one product, one softmax).
-        q_rows = q.permute(0, 2, 1, 3) * (1.0 / cfg.scale_divisor)  # [b, h, q, d]
+        q_rows = self._query_rows(q, n_positions)  # [b, h, q, d]
         length_scale = self.length_scale
-        if length_scale == "log_n":  # Chiang & Cholak eq. 2
-            q_rows = q_rows * torch.log(n_positions.to(x.dtype))[:, None, None, None]
         if self._fused(length_scale):
             # The same softmax attention through torch's fused kernel, which keeps no [query, key]
             # tensor for the backward pass (rounding differs in the last bits; see set_fused).
@@ -296,12 +294,35 @@ class Attention(nn.Module):
                            for i in range(0, n_queries, step)], dim=2)
         return self._output(self.hook_z(z.permute(0, 2, 1, 3)))  # z [b, q, h, d]
 
+    def _query_rows(self, q: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+        """q [b, q, h, d] -> [b, h, q, d] scaled so that q_rows @ k^T are the scores: divided by the
+        divisor, times log n under log_n (Chiang & Cholak eq. 2; the per-row factor goes on q so that
+        the [query, key] matrix is swept once)."""
+        q_rows = q.permute(0, 2, 1, 3) * (1.0 / self.cfg.scale_divisor)
+        if self.length_scale == "log_n":
+            q_rows = q_rows * torch.log(n_positions.to(q.dtype))[:, None, None, None]
+        return q_rows
+
+    def head_result(self, head: int, x_q: torch.Tensor, x_k: torch.Tensor, x_v: torch.Tensor,
+                    allowed: torch.Tensor | None, n_positions: torch.Tensor) -> torch.Tensor:
+        """One head's output z @ W_O[head] [b, pos, d_model] (b_O not included) when its queries, keys
+        and values read different inputs [b, pos, d_model]: the edge-level circuit analysis feeds each
+        input its own mix of senders (exactlens.analysis.circuit). No hooks fire."""
+        one = slice(head, head + 1)
+        q = torch.einsum("bpm,hmd->bphd", x_q, self.W_Q[one]) + self.b_Q[one]
+        k = torch.einsum("bpm,hmd->bphd", x_k, self.W_K[one]) + self.b_K[one]
+        v = torch.einsum("bpm,hmd->bphd", x_v, self.W_V[one]) + self.b_V[one]
+        z = self._attend(self._query_rows(q, n_positions), k.permute(0, 2, 3, 1), v.permute(0, 2, 1, 3),
+                         allowed, x_k.shape[1])
+        return z[:, 0] @ self.W_O[head]
+
     def _attend(self, q_rows: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor, allowed: torch.Tensor | None,
                 n_keys: int) -> torch.Tensor:
         """Scores, weights and the weighted values [b, h, q, d] for the given queries."""
         scores = q_rows @ k_t  # [b, h, q, k]
         if self.length_scale == "log_visible":
-            seen = allowed.sum(-1, keepdim=True) if allowed is not None else torch.tensor(float(n_keys))
+            seen = (allowed.sum(-1, keepdim=True) if allowed is not None
+                    else torch.tensor(float(n_keys), device=scores.device))
             scores = scores * torch.log(seen.clamp(min=1).to(scores.dtype))
         if allowed is not None:
             scores = scores.masked_fill(~allowed, -math.inf)
@@ -310,11 +331,11 @@ class Attention(nn.Module):
         if weighting == "softmax":
             pattern = torch.softmax(scores, dim=-1)
             if allowed is not None:  # a query that sees no key gets weight 0 everywhere
-                pattern = torch.where(allowed, pattern, torch.zeros((), dtype=pattern.dtype))
+                pattern = torch.where(allowed, pattern, pattern.new_zeros(()))
         elif weighting == "none":
-            pattern = scores if allowed is None else torch.where(allowed, scores, torch.zeros((), dtype=scores.dtype))
+            pattern = scores if allowed is None else torch.where(allowed, scores, scores.new_zeros(()))
         else:
-            full = allowed if allowed is not None else torch.ones((1, 1, 1, 1), dtype=torch.bool)
+            full = allowed if allowed is not None else scores.new_ones((1, 1, 1, 1), dtype=torch.bool)
             pattern = hard_weights(scores, full, weighting, self.cfg.hard_tie_tolerance)
         pattern = self.hook_pattern(pattern)
         return pattern @ v_t
@@ -331,6 +352,7 @@ class Attention(nn.Module):
         at least one key (the fused kernel gives NaN for a query that sees none)."""
         return (
             self.fused
+            and self.W_Q.device.type == "cpu"  # FusedAttention calls torch's CPU kernel
             and self.weighting == "softmax"
             and length_scale in ("none", "log_n")
             and self.mask in ("none", "causal")

@@ -105,9 +105,9 @@ def evaluate_features(
     its features). Padded positions get whatever the formula gives; attention
     never reads them and outputs there are meaningless.
     """
-    i = torch.arange(n_pos, dtype=dtype).unsqueeze(0)
+    i = torch.arange(n_pos, dtype=dtype, device=n_positions.device).unsqueeze(0)
     n = n_positions.to(dtype).unsqueeze(1)
     columns = [_lookup(name)(i, n).expand(n_positions.shape[0], n_pos) for name in names]
     if not columns:
-        return torch.zeros(n_positions.shape[0], n_pos, 0, dtype=dtype)
+        return torch.zeros(n_positions.shape[0], n_pos, 0, dtype=dtype, device=n_positions.device)
     return torch.stack(columns, dim=-1)

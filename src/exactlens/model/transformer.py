@@ -69,14 +69,15 @@ class ExactTransformer(HookedRootModule):
         low, high = (int(v) for v in torch.aminmax(tokens))
         if low < 0 or high >= self.cfg.d_vocab:
             raise ExactLensError(f"token ids must lie in [0, {self.cfg.d_vocab}), got range [{low}, {high}]")
-        return self._check_positions(tokens.shape[0], tokens.shape[1], n_positions)
+        return self._check_positions(tokens.shape[0], tokens.shape[1], n_positions, tokens.device)
 
-    def _check_positions(self, batch: int, n_pos: int, n_positions: Any) -> tuple[torch.Tensor, bool]:
+    def _check_positions(self, batch: int, n_pos: int, n_positions: Any,
+                         device: torch.device | None = None) -> tuple[torch.Tensor, bool]:
         if self.cfg.learned_positions and n_pos > self.cfg.n_ctx:
             raise ExactLensError(f"{n_pos} positions exceed the learned positional table (n_ctx={self.cfg.n_ctx})")
         if n_positions is None:
             self.check_forward_cost(batch, n_pos, padded=False)
-            return torch.full((batch,), n_pos, dtype=torch.long), False
+            return torch.full((batch,), n_pos, dtype=torch.long, device=device), False
         if not isinstance(n_positions, torch.Tensor) or n_positions.shape != (batch,):
             raise ExactLensError(f"n_positions must be a tensor of shape [batch]=({batch},)")
         if n_positions.dtype not in (torch.int64, torch.int32):
@@ -86,6 +87,21 @@ class ExactTransformer(HookedRootModule):
         padded = bool((n_positions != n_pos).any())
         self.check_forward_cost(batch, n_pos, padded)
         return n_positions.long(), padded
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights are (``model.to(device)`` moves them; exactlens.devices)."""
+        return self.embed.W_E.device
+
+    def on_device(self, tokens: Any, n_positions: Any) -> tuple[Any, Any]:
+        """Input tensors moved to the model's device (words are tokenized on the CPU; a model on
+        another device reads them there). Anything else is left for the input checks to refuse."""
+        device = self.device
+        if isinstance(tokens, torch.Tensor) and tokens.device != device:
+            tokens = tokens.to(device)
+        if isinstance(n_positions, torch.Tensor) and n_positions.device != device:
+            n_positions = n_positions.to(device)
+        return tokens, n_positions
 
     def forward_bytes(self, batch: int, n_pos: int, padded: bool = False, hooked: bool | None = None) -> int:
         """A rough upper estimate of the memory one forward pass on [batch, n_pos] needs: the key masks,
@@ -144,6 +160,7 @@ class ExactTransformer(HookedRootModule):
         """
         if return_type not in ("logits", None):
             raise ExactLensError(f"return_type must be 'logits' or None, got {return_type!r}")
+        tokens, n_positions = self.on_device(tokens, n_positions)
         start, stop = self._layer_range(start_at_layer, stop_at_layer)
         if start > 0:
             n_positions, padded = self._check_residual(tokens, n_positions)
@@ -207,7 +224,7 @@ class ExactTransformer(HookedRootModule):
             raise ExactLensError(f"the residual stream must have the model's dtype {cfg.dtype}, got {resid.dtype}")
         if resid.shape[0] == 0 or resid.shape[1] == 0:
             raise ExactLensError(f"the residual stream must have batch >= 1 and pos >= 1, got {tuple(resid.shape)}")
-        return self._check_positions(resid.shape[0], resid.shape[1], n_positions)
+        return self._check_positions(resid.shape[0], resid.shape[1], n_positions, resid.device)
 
     def readout_rows(self, n_positions: torch.Tensor) -> torch.Tensor | None:
         """The position the readout reads in each row [batch] (a negative readout_position counts from
@@ -229,6 +246,7 @@ class ExactTransformer(HookedRootModule):
         readout position [batch, d_vocab_out] (logits), or every position's [batch, pos, d_vocab_out]
         (per_position). ``max_score_bytes``: evaluate in chunks of rows whose attention scores stay
         under this many bytes (long inputs). ``readout_only``: see ``forward``."""
+        tokens, n_positions = self.on_device(tokens, n_positions)
         n_positions_checked, _ = self._check_input(tokens, n_positions)
         if max_score_bytes is not None:
             n_pos = tokens.shape[1]
@@ -292,7 +310,11 @@ class ExactTransformer(HookedRootModule):
 
     def to_string(self, tokens: torch.Tensor | Sequence[int]) -> str | list[str]:
         """The word(s) the tokens spell, special tokens ([CLS], [EOS]) left out."""
-        specials = {name for name in (self.cfg.vocab or ()) if name.startswith("[")}
+        if self.cfg.task is not None:
+            task = self._task()
+            specials = set(task.vocab) - set(task.alphabet)
+        else:
+            specials = {name for name in (self.cfg.vocab or ()) if name.startswith("[")}
         tokens = torch.as_tensor(tokens)
         rows = tokens.unsqueeze(0) if tokens.ndim == 1 else tokens
         joined = ["".join(t for t in row if t not in specials) for row in self.to_str_tokens(rows)]

@@ -10,22 +10,41 @@
 
 The protocol is :class:`Task` (exactlens.tasks.base); kinds in exactlens.tasks.kinds;
 decision rules in exactlens.tasks.decisions; causal variables in exactlens.tasks.variables.
+The names below are imported when first used (the registry itself needs no torch: ``exactlens list``).
 """
 
-from exactlens.tasks.base import CLS, EOS, Language, Task, TokenBatch, check_length
-from exactlens.tasks.binary import First, One, Parity
-from exactlens.tasks.decisions import DecisionRule, Reader, decision_rule, register_decision_rule, rule_names
-from exactlens.tasks.dyck import Dyck
-from exactlens.tasks.induction import InductionFrequent, InductionRecent
-from exactlens.tasks.kinds import KINDS
-from exactlens.tasks.majority import Majority
-from exactlens.tasks.palindrome import Palindrome
-from exactlens.tasks.registry import TASKS, from_spec, get, names, of_model, reader, register
-from exactlens.tasks.variables import CausalVariable
+import importlib
+import importlib.util
+from typing import Any
+
+from exactlens.tasks.decisions import register_decision_rule, rule_names
+from exactlens.tasks.registry import TASKS, from_spec, get, info, names, of_model, reader, register
+
+_WHERE = {
+    "CLS": "base", "EOS": "base", "Language": "base", "Task": "base", "TokenBatch": "base", "check_length": "base",
+    "First": "binary", "One": "binary", "Parity": "binary",
+    "DecisionRule": "decisions", "Reader": "decisions", "decision_rule": "decisions",
+    "Dyck": "dyck", "InductionFrequent": "induction", "InductionRecent": "induction", "KINDS": "kinds",
+    "Majority": "majority", "Palindrome": "palindrome", "CausalVariable": "variables",
+}
 
 __all__ = [
-    "CLS", "EOS", "KINDS", "TASKS", "CausalVariable", "DecisionRule", "Dyck", "First", "InductionFrequent",
-    "InductionRecent", "Language", "Majority", "One", "Palindrome", "Parity", "Reader", "Task", "TokenBatch",
-    "check_length", "decision_rule", "from_spec", "get", "names", "of_model", "reader", "register",
-    "register_decision_rule", "rule_names",
+    "CLS", "CausalVariable", "DecisionRule", "Dyck", "EOS", "First", "InductionFrequent", "InductionRecent", "KINDS",
+    "Language", "Majority", "One", "Palindrome", "Parity", "Reader", "TASKS", "Task", "TokenBatch", "check_length",
+    "decision_rule", "from_spec", "get", "info", "names", "of_model", "reader", "register", "register_decision_rule",
+    "rule_names",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"exactlens.tasks.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"exactlens.tasks.{name}") is not None:
+        return importlib.import_module(f"exactlens.tasks.{name}")  # a submodule (tasks.kinds, ...)
+    raise AttributeError(f"module 'exactlens.tasks' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -57,6 +57,7 @@ class Task:
     alphabet: tuple[str, ...] = ()
     use_cls: bool = True
     use_eos: bool = False
+    cls_token: str = CLS  # the name of the first special token (an imported model may use its own, e.g. tracr's BOS)
     min_length: int = 0  # shortest |w| the task is defined for
     max_length: int | None = None  # longest |w| (None: any)
     first_target: int = 0  # per-position kinds: symbol positions before this carry no target
@@ -84,8 +85,8 @@ class Task:
 
     @property
     def vocab(self) -> tuple[str, ...]:
-        """Token names by id: the alphabet, then [CLS], then [EOS] if used."""
-        return self.alphabet + ((CLS,) if self.use_cls else ()) + ((EOS,) if self.use_eos else ())
+        """Token names by id: the alphabet, then [CLS] (``cls_token``), then [EOS] if used."""
+        return self.alphabet + ((self.cls_token,) if self.use_cls else ()) + ((EOS,) if self.use_eos else ())
 
     @property
     def n_specials(self) -> int:
@@ -166,7 +167,7 @@ class Task:
         parts = []
         batch = symbol_ids.shape[0]
         if self.use_cls:
-            parts.append(torch.full((batch, 1), self.token_id(CLS), dtype=torch.long))
+            parts.append(torch.full((batch, 1), self.token_id(self.cls_token), dtype=torch.long))
         parts.append(symbol_ids.long())
         if self.use_eos:
             parts.append(torch.full((batch, 1), self.token_id(EOS), dtype=torch.long))
@@ -263,7 +264,7 @@ class Task:
     def target_mask(self, lengths: torch.Tensor, width: int) -> torch.Tensor:
         """bool [B, width]: the symbol positions that carry a target, for words of the given lengths
         (per-position kinds; every word has exactly one target otherwise)."""
-        j = torch.arange(width).unsqueeze(0)
+        j = torch.arange(width, device=lengths.device).unsqueeze(0)
         return (j < lengths.unsqueeze(1)) & (j >= self.first_target)
 
     def contains(self, word: str | Sequence[str]) -> bool:

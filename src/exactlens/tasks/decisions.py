@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from exactlens.errors import ExactLensError
-from exactlens.plugins import Registry
-from exactlens.tasks import kinds
+from exactlens.plugins import Lazy, Registry
 
-Decide = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+if TYPE_CHECKING:
+    import torch
+
+Decide = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 """(outputs, n_positions [B]) -> predictions."""
 
 
@@ -33,15 +34,24 @@ class DecisionRule:
     evidence: Decide | None = None  # differentiable standard-kind outputs whose standard decision is this rule's
 
 
-_RULES: dict[str, DecisionRule] = Registry()
+def _accept(name: str, rule: Any) -> None:
+    if not isinstance(rule, DecisionRule) or rule.name != name:
+        raise ExactLensError(f"decision rule {name!r} must be a DecisionRule of that name, got {rule!r}")
 
 
-def register_decision_rule(rule: DecisionRule) -> DecisionRule:
-    """Make a rule available by name (ExactConfig.decision_rule)."""
-    existing = _RULES.peek(rule.name)
+_RULES: dict[str, DecisionRule] = Registry("decision rules", accept=_accept)
+
+
+def register_decision_rule(rule: DecisionRule | Lazy, name: str | None = None) -> DecisionRule | Lazy:
+    """Make a rule available by name (ExactConfig.decision_rule); ``exactlens.plugins.lazy("module:RULE")``
+    with ``name`` defers its import."""
+    key = rule.name if isinstance(rule, DecisionRule) else name
+    if not isinstance(key, str) or not key:
+        raise ExactLensError("register a DecisionRule, or a lazy one with name=...")
+    existing = _RULES.peek(key)
     if existing is not None and existing != rule:
-        raise ExactLensError(f"a different decision rule named {rule.name!r} is already registered")
-    _RULES[rule.name] = rule
+        raise ExactLensError(f"a different decision rule named {key!r} is already registered")
+    _RULES[key] = rule
     return rule
 
 
@@ -72,11 +82,15 @@ class Reader:
     def decide(self, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
         if self.rule is not None:
             return self.rule.decide(outputs, n_positions)
+        from exactlens.tasks import kinds
+
         return kinds.decide(self.task, outputs, n_positions)
 
     def margin(self, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor | None:
         if self.rule is not None and self.rule.margin is not None:
             return self.rule.margin(outputs, n_positions)
+        from exactlens.tasks import kinds
+
         return kinds.margin(self.task, outputs, n_positions)
 
     def evidence(self, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor | None:

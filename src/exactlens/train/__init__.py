@@ -10,26 +10,39 @@ Generic options and their meaning: exactlens.train.presets.OPTION_DOCS; a preset
 ``options``.
 """
 
+import importlib
+import importlib.util
 import sys
+from typing import Any
 
 from exactlens.callable_package import make_callable
-from exactlens.train.loop import HISTORY_FIELDS, KIND_FIELDS, TrainRun, evaluate, fit, fit_into, train, train_many
-from exactlens.train.metrics import Metric
-from exactlens.train.presets import (
-    OPTION_DOCS,
-    PRESETS,
-    Preset,
-    TrainSpec,
-    get_preset,
-    preset_names,
-    register_preset,
-)
-from exactlens.train.shaped import register_task_defaults
+from exactlens.train.registry import PRESETS, preset_names, register_preset, register_task_defaults
+
+_WHERE = {  # imported when first used: the registries above need no torch (``exactlens list``)
+    "HISTORY_FIELDS": "loop", "KIND_FIELDS": "loop", "TrainRun": "loop", "evaluate": "loop", "fit": "loop",
+    "fit_into": "loop", "train": "loop", "train_many": "loop", "Metric": "metrics", "OPTION_DOCS": "presets",
+    "Preset": "presets", "TrainSpec": "presets", "get_preset": "presets",
+}
 
 __all__ = [
-    "HISTORY_FIELDS", "KIND_FIELDS", "OPTION_DOCS", "PRESETS", "Metric", "Preset", "TrainRun", "TrainSpec", "evaluate",
-    "fit", "fit_into", "get_preset", "preset_names", "register_preset", "register_task_defaults", "train",
-    "train_many",
+    "HISTORY_FIELDS", "KIND_FIELDS", "Metric", "OPTION_DOCS", "PRESETS", "Preset", "TrainRun", "TrainSpec",
+    "evaluate", "fit", "fit_into", "get_preset", "preset_names", "register_preset", "register_task_defaults",
+    "train", "train_many",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"exactlens.train.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"exactlens.train.{name}") is not None:
+        return importlib.import_module(f"exactlens.train.{name}")
+    raise AttributeError(f"module 'exactlens.train' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 make_callable(sys.modules[__name__], "exactlens.api:train")  # el.train(...) runs the API verb

@@ -33,6 +33,12 @@ class Batch:
     def padded(self) -> bool:
         return bool((self.n_positions != self.tokens.shape[1]).any())
 
+    def to(self, device: torch.device) -> Batch:
+        """The batch on ``device`` (itself when it is there already)."""
+        if self.tokens.device == torch.device(device):
+            return self
+        return Batch(*(t.to(device) for t in (self.tokens, self.n_positions, self.targets, self.lengths)))
+
     def rows(self, index: torch.Tensor | slice) -> Batch:
         """A sub-batch (padding trimmed to its longest row)."""
         n_pos = self.n_positions[index]

@@ -35,9 +35,11 @@ import numpy as np
 import torch
 
 from exactlens import tasks
+from exactlens.devices import device_name, resolve_device
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps
 from exactlens.model import ExactConfig, ExactTransformer, StackedRuns
+from exactlens.model.stacked import SingleRun, training_runs
 from exactlens.outputs import staged
 from exactlens.progress import bar
 from exactlens.tasks import kinds
@@ -123,6 +125,7 @@ def evaluate(
     model.eval()
     try:
         for part in split(batch, chunk):
+            part = part.to(model.device)  # words are drawn on the CPU; the model reads them where it is
             n_positions = part.n_positions if part.padded else None
             cache: dict[str, torch.Tensor] = {}
             hooks = [(m.hooks, _keep(cache)) for m in metrics]
@@ -178,6 +181,8 @@ def _jsonable(options: dict[str, Any]) -> dict[str, Any]:
 def stack_batches(parts: list[Batch]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One batch per run -> tokens [R, B, width] (right-padded to the widest), n_positions [R, B] and
     targets [R, B(, L)] (per-position targets padded with 0)."""
+    if len(parts) == 1:  # one run (the usual training): views, nothing to pad or copy
+        return parts[0].tokens[None], parts[0].n_positions[None], parts[0].targets[None]
     width = max(p.tokens.shape[1] for p in parts)
     pad = torch.nn.functional.pad
     tokens = torch.stack([pad(p.tokens, (0, width - p.tokens.shape[1]), value=PAD_ID) for p in parts])
@@ -201,20 +206,22 @@ def run_losses(
 
 
 class _Optimized:
-    """The stacked runs, their optimizer and schedule, gradient masks and clipping."""
+    """The runs (StackedRuns, or SingleRun for one), their optimizer and schedule, gradient masks and
+    clipping."""
 
     def __init__(self, spec: TrainSpec, models: list[ExactTransformer], total_steps: int):
         opts = spec.options
-        self.runs = StackedRuns(models)
+        self.runs = training_runs(models)
         self.masks = {}
         for name, mask in (spec.masks(models[0], opts) if spec.masks else {}).items():
             if name not in self.runs.params:
                 raise ExactLensError(f"{spec.name}: a gradient mask names no parameter: {name!r}")
             if mask is False:
-                self.runs.params[name].requires_grad_(False)
+                self.runs.freeze(name)
             elif mask is not True:
-                self.masks[name] = torch.as_tensor(mask).to(self.runs.params[name].dtype)
+                self.masks[name] = torch.as_tensor(mask).to(self.runs.params[name])  # its dtype and device
         self.params = self.runs.trainable
+        self.trainable_names = [name for name, p in self.runs.params.items() if p.requires_grad]
         self.grad_clip = opts["grad_clip"]
         if opts["optimizer"] == "lbfgs":
             self.optimizer = torch.optim.LBFGS(
@@ -237,12 +244,12 @@ class _Optimized:
     def after_backward(self) -> None:
         """Gradient masks, then per-run norm clipping."""
         for name, mask in self.masks.items():
-            grad = self.runs.params[name].grad
+            grad = self.runs.grad(name)
             if grad is not None:
                 grad.mul_(mask)
         if self.grad_clip is None:
             return
-        grads = [p.grad for p in self.params if p.grad is not None]
+        grads = [g for g in (self.runs.grad(name) for name in self.trainable_names) if g is not None]  # [R, ...]
         norms = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads]).sum(0).sqrt()  # [R]
         factor = (self.grad_clip / (norms + 1e-6)).clamp(max=1.0)
         for g in grads:
@@ -256,6 +263,7 @@ def train(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     overwrite: bool = False,
+    device: Any = None,
     **options: Any,
 ) -> TrainRun:
     """Train a fresh model with a preset (exactlens.train.presets; options override its values).
@@ -265,9 +273,11 @@ def train(
     history.jsonl (one record per epoch) and run.json (preset, seed, options, timing, final
     metrics), as one new directory that appears only when the run is complete (an existing
     non-empty ``out`` is refused unless ``overwrite``; see exactlens.outputs). The same as
-    ``train_many(task, [seed], ...)[0]`` with ``out`` the run's own directory.
+    ``train_many(task, [seed], ...)[0]`` with ``out`` the run's own directory. ``device``: where the
+    model trains (exactlens.devices; None: the CPU); words and initial weights are drawn on the CPU
+    whatever the device, and the trained model stays on it.
     """
-    return fit_into(get_preset(task).spec(options), [seed], out, progress, overwrite=overwrite)[0]
+    return fit_into(get_preset(task).spec(options), [seed], out, progress, overwrite=overwrite, device=device)[0]
 
 
 def train_many(
@@ -277,6 +287,7 @@ def train_many(
     out: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
     overwrite: bool = False,
+    device: Any = None,
     **options: Any,
 ) -> list[TrainRun]:
     """Train one run per seed with the same options, all at once (Adam; LBFGS runs one after the
@@ -289,7 +300,8 @@ def train_many(
         raise ExactLensError("train_many needs at least one seed")
     if len(set(seeds)) != len(seeds):
         raise ExactLensError(f"train_many: seeds must be distinct, got {seeds}")
-    return fit_into(get_preset(task).spec(options), seeds, out, progress, per_seed=True, overwrite=overwrite)
+    return fit_into(get_preset(task).spec(options), seeds, out, progress, per_seed=True, overwrite=overwrite,
+                    device=device)
 
 
 def fit_into(
@@ -300,27 +312,32 @@ def fit_into(
     *,
     per_seed: bool = False,
     overwrite: bool = False,
+    device: Any = None,
 ) -> list[TrainRun]:
     """``fit`` writing its runs to ``out`` (one run) or ``out/seed{s}`` (``per_seed``) through a staging
     directory: ``out`` is checked before training starts and appears, complete, only at the end; an
     error or Ctrl-C leaves it as it was (exactlens.outputs.staged)."""
     if out is None:
-        return fit(spec, seeds, None, progress)
+        return fit(spec, seeds, None, progress, device=device)
+    resolve_device(device, spec.options["dtype"])  # a device that is not there fails before the output is staged
     with staged(out, overwrite=overwrite, what="training output") as tmp:
         dirs = [tmp / f"seed{s}" for s in seeds] if per_seed else [tmp]
-        runs = fit(spec, seeds, dirs, progress)
+        runs = fit(spec, seeds, dirs, progress, device=device)
     final = Path(out)
     for run, directory in zip(runs, dirs, strict=True):
         run.checkpoint = final / directory.relative_to(tmp)
     return runs
 
 
-def new_model(spec: TrainSpec, generator: torch.Generator) -> ExactTransformer:
-    """A freshly initialized model of the spec (its own copy of the config), prepared by the preset."""
+def new_model(spec: TrainSpec, generator: torch.Generator, device: Any = None) -> ExactTransformer:
+    """A freshly initialized model of the spec (its own copy of the config), prepared by the preset on
+    the CPU (the same initial weights on every device), then moved to ``device``."""
     model = ExactTransformer(ExactConfig.from_dict(spec.config.to_dict()))
     model.init_weights(generator=generator)
     if spec.prepare is not None:
         spec.prepare(model, spec.options)
+    if device is not None:
+        model.to(device)
     return model.train().set_fused(True)
 
 
@@ -329,11 +346,14 @@ def fit(
     seeds: list[int],
     outs: list[Path | None] | None = None,
     progress: Callable[[str], None] | None = None,
+    device: Any = None,
 ) -> list[TrainRun]:
-    """Train one model per seed for a spec (exactlens.train.presets.TrainSpec)."""
+    """Train one model per seed for a spec (exactlens.train.presets.TrainSpec) on ``device``
+    (exactlens.devices; None: the CPU)."""
     outs = outs if outs is not None else [None] * len(seeds)
     gens = [seed_generators(seed) for seed in seeds]
     opts = spec.options
+    device = resolve_device(device, opts["dtype"])
     previous_threads = torch.get_num_threads()
     if opts["threads"] is not None:
         torch.set_num_threads(opts["threads"])
@@ -345,9 +365,10 @@ def fit(
     try:
         start = time.perf_counter()
         if opts["optimizer"] == "lbfgs":
-            results = [_fit_lbfgs(spec, seed, g, log, progress) for seed, g, log in zip(seeds, gens, logs, strict=True)]
+            results = [_fit_lbfgs(spec, seed, g, log, progress, device)
+                       for seed, g, log in zip(seeds, gens, logs, strict=True)]
         else:
-            results = _fit_adam(spec, seeds, gens, logs, progress)
+            results = _fit_adam(spec, seeds, gens, logs, progress, device)
         wall = time.perf_counter() - start
     finally:
         for log in logs:
@@ -367,6 +388,7 @@ def fit(
             "steps": steps,
             "wall_s": run.wall_s,
             "threads": opts["threads"] or previous_threads,
+            "device": device_name(device),
             "torch": torch.__version__,
             "python": platform.python_version(),
             "n_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
@@ -411,10 +433,10 @@ def _train_values(spec: TrainSpec, loss: float, correct: float | None, count: in
     return {"train_loss_bits": loss / LN2, "train_accuracy": None if correct is None else correct / count}
 
 
-def _fit_adam(spec, seeds, gens, logs, progress):
+def _fit_adam(spec, seeds, gens, logs, progress, device):
     opts = spec.options
     task = spec.task
-    models = [new_model(spec, g["init"]) for g in gens]
+    models = [new_model(spec, g["init"], device) for g in gens]
     steps_per_epoch = opts["strings_per_epoch"] // opts["batch_size"]
     state = _Optimized(spec, models, opts["epochs"] * steps_per_epoch)
     runs = state.runs
@@ -432,10 +454,10 @@ def _fit_adam(spec, seeds, gens, logs, progress):
                 batch = batch.rows(torch.randperm(len(batch), generator=g["train"]))
             per_run_parts.append([batch] if steps_per_epoch == 1 else split(batch, opts["batch_size"]))
         lr = state.optimizer.param_groups[0]["lr"]
-        epoch_loss = torch.zeros(len(seeds), dtype=torch.float64)
-        epoch_correct = torch.zeros(len(seeds), dtype=torch.float64)
+        epoch_loss = torch.zeros(len(seeds), dtype=torch.float64, device=device)
+        epoch_correct = torch.zeros(len(seeds), dtype=torch.float64, device=device)
         for parts in zip(*per_run_parts, strict=True):
-            tokens, n_positions, targets = stack_batches(list(parts))
+            tokens, n_positions, targets = (t.to(device) for t in stack_batches(list(parts)))
             losses, correct = run_losses(task, runs.readout(tokens, n_positions), targets, n_positions)
             total = losses + spec.penalty(runs.params, opts) if spec.penalty is not None else losses
             _check_finite_loss(spec, seeds, losses.detach(), step + 1, epoch)
@@ -469,6 +491,7 @@ def _fit_adam(spec, seeds, gens, logs, progress):
             if logs[r] is not None:
                 logs[r].write(dumps(record) + "\n")
     runs.sync()
+    runs.close()
     wall = time.perf_counter() - start
     return [(models[r], histories[r], step, True, wall) for r in range(len(seeds))]
 
@@ -491,7 +514,8 @@ def _check_finite_loss(spec: TrainSpec, seeds: list[int], losses: torch.Tensor, 
         )
 
 
-def _check_finite_weights(spec: TrainSpec, seeds: list[int], runs: StackedRuns, step: int, epoch: int) -> None:
+def _check_finite_weights(spec: TrainSpec, seeds: list[int], runs: StackedRuns | SingleRun, step: int,
+                          epoch: int) -> None:
     """At each evaluation and at the end: every weight finite (a finite loss can still come from an
     overflowed weight that the loss does not reach)."""
     for name, stacked in runs.params.items():
@@ -504,14 +528,14 @@ def _check_finite_weights(spec: TrainSpec, seeds: list[int], runs: StackedRuns, 
             )
 
 
-def _fit_lbfgs(spec, seed, gens, log, progress):
+def _fit_lbfgs(spec, seed, gens, log, progress, device):
     opts = spec.options
     task = spec.task
-    model = new_model(spec, gens["init"])
+    model = new_model(spec, gens["init"], device)
     state = _Optimized(spec, [model], opts["epochs"])
     runs = state.runs
     batch = sample_batch(task, opts["strings_per_epoch"], opts["train_length"], gens["train"])
-    tokens, n_positions, targets = stack_batches([batch])
+    tokens, n_positions, targets = (t.to(device) for t in stack_batches([batch]))
     history: list[dict[str, Any]] = []
     start = time.perf_counter()
 
@@ -535,6 +559,7 @@ def _fit_lbfgs(spec, seed, gens, log, progress):
 
     state.optimizer.step(closure)
     runs.sync()
+    runs.close()
     history[-1].update(_test(spec, model, gens["test"]), test_evaluated=True)
     if progress is not None:
         progress(_progress_line(spec, seed, history[-1]["epoch"], history[-1]))

@@ -24,10 +24,10 @@ from exactlens import tasks
 from exactlens.constructions import registry as constructions
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
-from exactlens.plugins import Registry
 from exactlens.train import shaped
 from exactlens.train.data import check_lengths
 from exactlens.train.metrics import Metric
+from exactlens.train.registry import PRESETS, preset_names, register_preset  # noqa: F401 (their home: no torch)
 
 OPTIMIZERS = ("adam", "lbfgs")
 LR_SCHEDULES = ("constant", "linear", "warmup_linear")
@@ -153,26 +153,6 @@ class TrainSpec:
     masks: Callable[[ExactTransformer, Options], dict[str, torch.Tensor | bool]] | None = None
     penalty: Callable[[dict[str, torch.Tensor], Options], torch.Tensor] | None = None
     null_fields: tuple[str, ...] = ()
-
-
-PRESETS: dict[str, Preset] = Registry()
-
-
-def register_preset(preset: Preset) -> Preset:
-    if not isinstance(preset, Preset):
-        raise ExactLensError(f"register_preset takes a Preset, got {type(preset).__name__}")
-    if PRESETS.peek(preset.name) not in (None, preset):
-        raise ExactLensError(f"a training preset named {preset.name!r} is already registered")
-    PRESETS[preset.name] = preset
-    return preset
-
-
-def preset_names() -> list[str]:
-    """The registered (paper) presets; every construction name trains too (construction_names)."""
-    from exactlens.plugins import load_plugins
-
-    load_plugins()
-    return sorted(PRESETS)
 
 
 def construction_names() -> list[str]:

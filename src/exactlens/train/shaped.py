@@ -34,7 +34,7 @@ from exactlens import tasks
 from exactlens.constructions import registry as constructions
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig
-from exactlens.plugins import Registry
+from exactlens.train.registry import TASK_DEFAULTS, register_task_defaults  # noqa: F401 (re-exported)
 
 HARD_WEIGHTINGS = ("average_hard", "unique_hard_left", "unique_hard_right")
 MIN_WIDTH = 16
@@ -62,19 +62,6 @@ SHAPED_OPTIONS: dict[str, str] = {
     "they fix the task's parameters as they do for the construction",
 }
 SHAPED_LAYER_NORMS = ("full", "scale_only", "none", "post", "pre")
-
-TASK_DEFAULTS: dict[str, dict[str, Any]] = Registry()
-
-
-def register_task_defaults(task: str, options: dict[str, Any]) -> None:
-    """Training settings (generic options of exactlens.train.presets.OPTION_DOCS) for models of
-    ``task`` shaped like a construction; a plug-in registers them for the tasks it brings."""
-    if not isinstance(options, dict):
-        raise ExactLensError(f"register_task_defaults takes a dict of options, got {type(options).__name__}")
-    if TASK_DEFAULTS.peek(task) not in (None, options):
-        raise ExactLensError(f"training defaults for task {task!r} are already registered")
-    TASK_DEFAULTS[task] = dict(options)
-
 
 def task_defaults(task: str) -> dict[str, Any]:
     """The registered training settings of a task over GENERIC_TASK_DEFAULTS."""

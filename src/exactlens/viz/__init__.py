@@ -1,10 +1,18 @@
 """Visualizations: circuitsvis attention views, figures and the offline HTML report (a page framework,
 exactlens.viz.page, given the registered section builders; the generic ones are in
-exactlens.viz.sections)."""
+exactlens.viz.sections, registered by exactlens.viz.page). The names below are imported when first used."""
 
-from exactlens.viz import sections
-from exactlens.viz.page import ReportContext, Section, build_report, register_section
+import importlib
+from typing import Any
 
-sections.register()
+_WHERE = {"ReportContext": "page", "Section": "page", "build_report": "page", "register_section": "page"}
 
 __all__ = ["ReportContext", "Section", "build_report", "register_section"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"exactlens.viz.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'exactlens.viz' has no attribute {name!r}")

@@ -26,13 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from exactlens.constructions import get
 from exactlens.constructions import names as registered_names
 from exactlens.jsonio import dumps
 from exactlens.outputs import staged
-from exactlens.plugins import Registry
+from exactlens.plugins import Lazy, Registry, lazy
 from exactlens.progress import bar
 from exactlens.version import __version__
 
@@ -86,6 +84,13 @@ class ReportContext:
     settings: ReportSettings
     errors: list[dict[str, str]] = field(default_factory=list)
     section_settings: dict[str, Any] = field(default_factory=dict)  # a section's own, for report.json
+    device: Any = None  # torch.device of the verify, precision, training and diff work (None: the CPU)
+
+    def device_for(self, dtype: str) -> Any:
+        """The device of work in ``dtype``: the report's, or the CPU for float64 on MPS (which has none)."""
+        if self.device is not None and self.device.type == "mps" and dtype == "float64":
+            return None
+        return self.device
 
     def record_settings(self, **settings: Any) -> None:
         """Settings a section ran with (report.json "settings" lists them next to the generic ones)."""
@@ -176,25 +181,33 @@ def figure(ctx: ReportContext, path: Path, alt: str, caption: str) -> str:
 @dataclass(frozen=True)
 class RegisteredSection:
     name: str
-    builder: SectionBuilder
+    builder: SectionBuilder | Lazy  # a Lazy ("module:function") is imported when the report is built
     order: int  # page position: generic sections 0-99, papers 100 and up
 
 
-SECTIONS: dict[str, RegisteredSection] = Registry()
+SECTIONS: dict[str, RegisteredSection] = Registry("report sections")
 
 
-def register_section(name: str, builder: SectionBuilder, order: int = 500) -> SectionBuilder:
-    """Add a section builder to every report (exactlens's papers register theirs from their plug-ins)."""
+def register_section(name: str, builder: SectionBuilder | Lazy, order: int = 500) -> SectionBuilder | Lazy:
+    """Add a section builder to every report (exactlens's papers register theirs from their plug-ins);
+    ``exactlens.plugins.lazy("module:function")`` defers its import to the report."""
     existing = SECTIONS.peek(name)
-    if existing is not None and existing.builder is not builder:
+    if existing is not None and existing.builder is not builder and existing.builder != builder:
         raise ValueError(f"a different report section named {name!r} is already registered")
     SECTIONS[name] = RegisteredSection(name, builder, order)
     return builder
 
 
 def section_builders() -> list[SectionBuilder]:
-    """Every registered builder, in page order."""
-    return [s.builder for s in sorted(SECTIONS.values(), key=lambda s: (s.order, s.name))]
+    """Every registered builder, in page order (lazily registered ones imported now)."""
+    ordered = sorted(SECTIONS.values(), key=lambda s: (s.order, s.name))
+    return [s.builder.load() if isinstance(s.builder, Lazy) else s.builder for s in ordered]
+
+
+# The generic sections (exactlens.viz.sections), imported when a report is built.
+register_section("overview", lazy("exactlens.viz.sections:overview_sections"), order=0)
+register_section("constructions", lazy("exactlens.viz.sections:construction_sections"), order=10)
+register_section("circuit-discovery", lazy("exactlens.viz.circuit_sections:discovery_sections"), order=20)
 
 
 # ---- the page --------------------------------------------------------------------
@@ -238,6 +251,8 @@ def torch_threads(count: int | None) -> Iterator[None]:
     if count is None:
         yield
         return
+    import torch
+
     old = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
@@ -254,6 +269,7 @@ def build_report(
     threads: int | None = 1,
     overwrite: bool = False,
     command: str | None = None,
+    device: Any = None,
 ) -> Path:
     """Write out_dir/index.html and its assets for the given constructions (default: all
     registered); return the path of index.html. ``out_dir`` is written as one new directory that
@@ -265,10 +281,16 @@ def build_report(
     work is many small tensor operations, for which more threads cost more in
     synchronization than they gain (on a shared two-core machine we measured 2 threads
     3 to 10 times slower than 1).
+
+    ``device`` (exactlens.devices; None: the CPU): where the report's verify, precision, training and
+    diff work runs (the papers' figure code runs on the CPU); report.json records it.
     """
+    from exactlens.devices import resolve_device
+
     selected = list(dict.fromkeys(names)) if names else registered_names()
     for name in selected:
         get(name)  # unknown names fail before any work
+    where = resolve_device(device)
     with torch_threads(threads), staged(out_dir, overwrite=overwrite, what="report directory") as tmp:
         progress(f"report: {len(selected)} constructions -> {Path(out_dir) / 'index.html'}"
                  f"{' (quick)' if quick else ''}")
@@ -277,7 +299,7 @@ def build_report(
             "version": __version__,
             "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         }
-        _build_report(selected, tmp, quick, builders, made)
+        _build_report(selected, tmp, quick, builders, made, where)
     index = Path(out_dir) / "index.html"
     progress(f"report: wrote {index}")
     return index
@@ -292,9 +314,11 @@ def _pages_list(out: Path) -> str:
 
 
 def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequence[SectionBuilder] | None,
-                  made: dict[str, str]) -> None:
+                  made: dict[str, str], device: Any = None) -> None:
+    from exactlens.devices import device_name
+
     start = time.perf_counter()
-    ctx = ReportContext(out_dir=out, names=selected, quick=quick, settings=QUICK if quick else FULL)
+    ctx = ReportContext(out_dir=out, names=selected, quick=quick, settings=QUICK if quick else FULL, device=device)
     sections: list[Section] = []
     timings: dict[str, float] = {}
     chosen = section_builders() if builders is None else list(builders)
@@ -308,6 +332,7 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
         {
             "constructions": selected,
             "quick": quick,
+            "device": device_name(device if device is not None else "cpu"),
             "settings": {**asdict(ctx.settings), **ctx.section_settings},
             "sections": [{"id": s.id, "title": s.title} for s in sections],
             "timings": timings,

@@ -15,7 +15,8 @@ import torch
 from exactlens import tasks
 from exactlens.constructions import get
 from exactlens.outputs import save_figure
-from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, register_section, slug, table
+from exactlens.viz.circuit_sections import circuit_html
+from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, slug, table
 
 # ---- builder: overview ---------------------------------------------------------------
 
@@ -93,7 +94,8 @@ def _verify_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> str:
     lengths = _lengths(name, ctx.settings.verify_lengths, get(name).make())
     results = {}
     for dtype in ("float32", "float64"):
-        results[dtype] = verify(name, lengths, strings=ctx.settings.verify_strings, dtype=dtype)
+        results[dtype] = verify(name, lengths, strings=ctx.settings.verify_strings, dtype=dtype,
+                                device=ctx.device_for(dtype))
     record["verify"] = results
     kind = (results["float32"]["task"] or {}).get("kind")
     # Per kind, the columns that mean something: margins for decisions, errors for regression.
@@ -125,7 +127,8 @@ def _precision_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> st
         | set(log_grid(top, ctx.settings.precision_points_per_decade, start=16) if top > 16 else [])
     )
     results = {
-        dtype: precision(name, dtype=dtype, max_length=top, strings=ctx.settings.precision_strings, lengths=grid)
+        dtype: precision(name, dtype=dtype, max_length=top, strings=ctx.settings.precision_strings, lengths=grid,
+                         device=ctx.device_for(dtype))
         for dtype in ("float32", "float64")
     }
     record["precision"] = results
@@ -241,7 +244,7 @@ def construction_section(ctx: ReportContext, name: str) -> Section:
         + (f" · stated for |w| ≤ {construction.max_length}" if construction.max_length is not None else "")
         + f"</p><p>{esc(construction.summary)}</p>"
     ]
-    doc = inspect.getdoc(construction.build)
+    doc = inspect.getdoc(construction.builder)
     if doc:
         parts.append(f'<pre class="doc">{esc(doc)}</pre>')
     try:
@@ -259,6 +262,7 @@ def construction_section(ctx: ReportContext, name: str) -> Section:
         ("verification", _verify_html),
         ("precision frontier", _precision_html),
         ("attention and residual stream", _attention_and_residual_html),
+        ("circuit", circuit_html),
     ):
         try:
             parts.append(part(ctx, name, record))
@@ -273,7 +277,3 @@ def construction_section(ctx: ReportContext, name: str) -> Section:
 def construction_sections(ctx: ReportContext) -> list[Section]:
     return [construction_section(ctx, name) for name in ctx.names]
 
-
-def register() -> None:
-    register_section("overview", overview_sections, order=0)
-    register_section("constructions", construction_sections, order=10)

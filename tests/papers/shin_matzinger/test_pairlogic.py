@@ -174,7 +174,7 @@ def test_cli_pairlogic_json(capsys) -> None:
     assert main(["pairlogic", "--check", "sm-solution3", "--categories", "4", "--positions", "6", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["exact"] is True
     assert main(["pairlogic", "--check", "parity", "--json"]) == 2
-    assert main(["verify", "sm-solution1"]) == 2
+    assert main(["verify", "sm-solution1"]) == 0  # default lengths start at the construction's shortest (2)
 
 
 def test_grid_and_summary(tmp_path) -> None:

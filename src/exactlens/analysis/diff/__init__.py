@@ -31,6 +31,7 @@ no part imports it.
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections.abc import Sequence
@@ -57,6 +58,7 @@ from exactlens.analysis.diff.runs import (
 )
 from exactlens.analysis.diff.weights import weights_table
 from exactlens.constructions.registry import get
+from exactlens.devices import device_name, device_of, resolve_device
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import jsonable
 
@@ -92,6 +94,7 @@ def diff(
     das_steps: int = 80,
     alignment_pairs: int = 64,
     untrained_baseline: bool = True,
+    device: Any = None,
 ) -> dict[str, Any]:
     """Compare ``trained`` with the construction ``against`` (built with ``params``) on the same words.
 
@@ -99,7 +102,9 @@ def diff(
     given explicitly, an unusable length is an error). ``strings`` random words per length plus the
     task's hard words (every word when there are at most ``strings``). ``parts`` selects the
     comparisons. ``das_max_dim``, ``das_steps``, ``alignment_pairs`` (per length) and
-    ``untrained_baseline`` set the alignment search. Returns a JSON-ready dict with the fields
+    ``untrained_baseline`` set the alignment search. ``device`` (exactlens.devices): where both models
+    run (None: where the trained model is; a model passed in is copied there, not moved); words are
+    drawn and every comparison is computed on the CPU. Returns a JSON-ready dict with the fields
     documented in docs/diff.md ("Circuit
     diff"); ``summary`` holds one number per part.
     """
@@ -117,9 +122,14 @@ def diff(
         raise ExactLensError(f"test_fraction must lie in (0, 1), got {test_fraction!r}")
     construction = get(against)
     params = dict(params or {})
+    target = resolve_device(device, exact_dtype) if device is not None else None  # a bad device fails first
     exact_model = construction.make(dtype=exact_dtype, **params)
     task = tasks.of_model(exact_model)
     model, info = resolve_trained(trained)
+    target = target if target is not None else device_of(model)
+    if device_of(model) != target:  # the caller's own model is copied, one loaded here is moved
+        model = (copy.deepcopy(model) if info["kind"] == "model" else model).to(target)
+    exact_model.to(target)
     if hasattr(model, "eval"):
         model.eval()
     what = info.get("name") or info.get("path") or "the trained model"
@@ -157,6 +167,7 @@ def diff(
             "alignment_pairs": alignment_pairs,
             "untrained_baseline": untrained_baseline,
             "parts": list(parts),
+            "device": device_name(target),
         },
         "residual_labels": labels,
     }

@@ -46,6 +46,7 @@ import torch
 from exactlens import tasks
 from exactlens.analysis.diff.interventions import _patched_outputs
 from exactlens.analysis.diff.runs import LengthRun, Side
+from exactlens.devices import device_of
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.progress import bar
@@ -228,25 +229,27 @@ class Patcher:
         """Task outputs of F stacked copies of the base rows, copy f patched with projector[f]
         ([F, d, d]) towards ``source_site`` at the positions of mask[f] ([F, pos])."""
         repeats, rows = projector.shape[0], source_site.shape[0]
-        src = source_site.to(self.dtype)
-        mask = mask.to(self.dtype)
+        device = device_of(self.model)  # the patch is computed where the model runs (gradients flow back)
+        src = source_site.to(device=device, dtype=self.dtype)
+        mask = mask.to(device=device, dtype=self.dtype)
+        projector_here = projector.to(device)
 
         def hook(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
             shaped = act.reshape(repeats, rows, *act.shape[1:])
-            delta = (src.unsqueeze(0) - shaped) @ projector.unsqueeze(1)
+            delta = (src.unsqueeze(0) - shaped) @ projector_here.unsqueeze(1)
             return (shaped + delta * mask[:, None, :, None]).reshape(act.shape)
 
         inputs = base["input"].repeat(repeats, *([1] * (base["input"].ndim - 1)))
         n_pos = n_positions.repeat(repeats)
         with self.model.hooks(fwd_hooks=[(self.site, hook)]):
             if not self.side.exact:
-                return self.side.outputs(self.model(inputs), n_pos)
+                return self.side.outputs(self.model(inputs).cpu(), n_pos)
             # The last layer at the readout position only, unless the site is inside that layer (its
             # activations there would cover the readout row only).
             inside_last = _layer_of(self.site) == self.side.n_layers - 1 and not self.site.endswith("resid_pre")
             fast = self.model.cfg.readout != "per_position" and not inside_last
             logits = self.model(inputs, n_pos, start_at_layer=self.start or None, readout_only=fast)
-            return self.model.select_readout(logits, n_pos).double()
+            return self.model.select_readout(logits, n_pos.to(device)).double().cpu()
 
 
 def _masks(side: Side, run: LengthRun, fits: list[Fit]) -> torch.Tensor:
@@ -379,7 +382,7 @@ def untrained_copy(model: Any, seed: int) -> Any | None:
         return None
     copy = ExactTransformer(ExactConfig.from_dict(model.cfg.to_dict()))
     copy.init_weights(seed)
-    return copy.eval()
+    return copy.to(device_of(model)).eval()
 
 
 # ----------------------------------------------------------------------------- the table

@@ -52,15 +52,16 @@ def _patched_outputs(
     cf = torch.as_tensor(cf_acts, dtype=dtype)
 
     def hook(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
-        delta = ((cf - act) @ u).unsqueeze(-1) * u
+        here, cf_here = u.to(act.device), cf.to(act.device)  # the model's device
+        delta = ((cf_here - act) @ here).unsqueeze(-1) * here
         if positions is not None:
-            keep = torch.zeros(act.shape[1], dtype=dtype)
+            keep = torch.zeros(act.shape[1], dtype=dtype, device=act.device)
             keep[torch.as_tensor(positions)] = 1
             delta = delta * keep[None, :, None]
         return act + delta
 
     logits = side.model.run_with_hooks(tokens, fwd_hooks=[(site, hook)])
-    return side.outputs(logits.detach(), n_positions)
+    return side.outputs(logits.detach().cpu(), n_positions)
 
 
 def intervention_table(

@@ -164,14 +164,15 @@ model has computed the feature, not where rounding happens to favour)."""
 
 def feature_scopes(exact_model: Any, labels: list[str]) -> list[str]:
     """'readout' for labels only the unembedding reads (e.g. the logit s), else 'all'."""
-    w_u = exact_model.W_U.detach().double().abs().sum(-1).numpy()
+    w_u = exact_model.W_U.detach().double().abs().sum(-1).cpu().numpy()
     readers = np.zeros(len(labels))
     for block in exact_model.blocks:
         a = block.attn
-        readers += a.W_Q.detach().double().abs().sum((0, 2)).numpy() + a.W_K.detach().double().abs().sum((0, 2)).numpy()
-        readers += a.W_V.detach().double().abs().sum((0, 2)).numpy()
+        readers += (a.W_Q.detach().double().abs().sum((0, 2)).cpu().numpy()
+                    + a.W_K.detach().double().abs().sum((0, 2)).cpu().numpy())
+        readers += a.W_V.detach().double().abs().sum((0, 2)).cpu().numpy()
         if block.mlp is not None:
-            readers += block.mlp.W_in.detach().double().abs().sum(1).numpy()
+            readers += block.mlp.W_in.detach().double().abs().sum(1).cpu().numpy()
     return ["readout" if w_u[i] > 0 and readers[i] == 0 else "all" for i in range(len(labels))]
 
 

@@ -51,7 +51,8 @@ class Side:
 
     def run(self, tokens: torch.Tensor, names: set[str]) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
         logits, cache = self.model.run_with_cache(tokens, names_filter=lambda n: n in names)
-        return logits.detach(), {k: cache[k].detach().cpu().double().numpy() for k in names if k in cache}
+        # the model runs on its device; what the diff compares comes back to the CPU
+        return logits.detach().cpu(), {k: cache[k].detach().cpu().double().numpy() for k in names if k in cache}
 
     def outputs(self, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
         """The task outputs (ExactTransformer.readout's shapes) from full logits [B, pos, out]."""

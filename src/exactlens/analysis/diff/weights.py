@@ -86,7 +86,7 @@ def _attention_input(runs: list, side: Any, layer: int, which: str) -> np.ndarra
     ln = getattr(side.model.blocks[layer], "ln1", None)
     w, b = getattr(ln, "w", None), getattr(ln, "b", None)
     if isinstance(w, torch.Tensor) and isinstance(b, torch.Tensor):
-        return normed * w.detach().double().numpy() + b.detach().double().numpy()
+        return normed * w.detach().double().cpu().numpy() + b.detach().double().cpu().numpy()
     return normed
 
 

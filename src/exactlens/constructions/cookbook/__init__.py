@@ -3,9 +3,18 @@
 ``program``: pieces over named residual labels (FFN, Head), layers, programs, compile,
 serial/parallel composition and routing. ``ffn``, ``attention``, ``layer_norm``: the
 recipes of §4, §5, §6, each returning pieces (or layers) over labels the caller names.
+``predecessor``: §5.4, both constructions. ``rounding``, ``error_bounds``: §7.1 and §7.2.
 """
 
-from exactlens.constructions.cookbook import attention, ffn, layer_norm, layer_norm_hash
+from exactlens.constructions.cookbook import (
+    attention,
+    error_bounds,
+    ffn,
+    layer_norm,
+    layer_norm_hash,
+    predecessor,
+    rounding,
+)
 from exactlens.constructions.cookbook.program import (
     FFN,
     Head,
@@ -24,9 +33,12 @@ from exactlens.constructions.cookbook.program import (
 
 __all__ = [
     "attention",
+    "error_bounds",
     "ffn",
     "layer_norm",
     "layer_norm_hash",
+    "predecessor",
+    "rounding",
     "FFN",
     "Head",
     "Layer",

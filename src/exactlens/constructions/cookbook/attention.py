@@ -14,6 +14,8 @@ from dataclasses import replace
 
 import torch
 
+from exactlens.constructions.cookbook.predecessor import strict as strict_predecessor
+from exactlens.constructions.cookbook.predecessor import strict_successor
 from exactlens.constructions.cookbook.program import FFN, Head, Layer
 from exactlens.errors import ExactLensError
 
@@ -100,22 +102,10 @@ def lookup_quadratic(query: str, pos: str, pos_sq: str, values: ValueMap, name: 
     )
 
 
-def predecessor(
-    pos: str, values: ValueMap, weighting: str = "unique_hard_right", scale: float = 1.0, name: str = "predecessor"
-) -> Layer:
-    """§5.4 with strict future masking: score = scale * j (label pos holds the position j)
-    over keys j < i, maximal at j = i - 1 (gap = scale for integer positions). Position 0
-    sees no key and gets 0."""
-    head = Head.build(query={}, key={pos: [1.0]}, value=_value(values), q_bias=[1.0], name=name).scaled(scale)
-    return Layer(heads=(head,), mask="strict_causal", weighting=weighting)
-
-
-def successor(
-    pos: str, values: ValueMap, weighting: str = "unique_hard_left", scale: float = 1.0, name: str = "successor"
-) -> Layer:
-    """Mirror of ``predecessor``: score = -scale * j over keys j > i (strict past masking)."""
-    head = Head.build(query={}, key={pos: [-1.0]}, value=_value(values), q_bias=[1.0], name=name).scaled(scale)
-    return Layer(heads=(head,), mask="strict_past", weighting=weighting)
+# §5.4 predecessor / successor (strict masks) live in ``predecessor`` with the non-strict
+# two-head variant; these names stay here as before.
+predecessor = strict_predecessor
+successor = strict_successor
 
 
 def split_heads(layer: Layer) -> tuple[Layer, ...]:

@@ -19,7 +19,7 @@ from exactlens.outputs import save_figure
 
 fig1_data = random_keys  # Fig. 1c/1d's grid: exactlens.analysis.hull_random (the hull verb's default)
 
-__all__ = ["DEFAULT_DS", "DEFAULT_NS", "fig1_data", "plot_fig1", "plot_tables"]
+__all__ = ["DEFAULT_DS", "DEFAULT_NS", "fig1_data", "plot_fig1", "plot_table_cells", "plot_tables"]
 
 
 def plot_fig1(data: dict[str, Any], path: str | Path) -> Path:
@@ -100,6 +100,52 @@ def plot_tables(result: dict[str, Any], path: str | Path) -> Path:
             ax.plot(x, ref[1], "k_", ms=22, mew=2, label=ref[0])
         ax.set_xticks(x, [f"L{i + 1}" for i in x])
         ax.set_title(f"{run['variant']} (seed {run['seed']})")
+        ax.set_ylim(0, 100)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize="x-small")
+    axes[0][0].set_ylabel("% unselectable keys")
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_table_cells(result: dict[str, Any], path: str | Path) -> Path:
+    """Tables 1-2 over seeds: per variant, bars of the mean % unselectable (before LN, after LN = the
+    attention input) per layer with the min-max over seeds as error bars, and the paper's values."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    try:
+        cells = dict(result["cells"])
+        n_layers = int(result["settings"]["n_layers"])
+        paper = result["paper"]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ExactLensError(f"plot_table_cells needs brody_tables' result with its 'cells': {err}") from err
+    if not cells:
+        raise ExactLensError("plot_table_cells: the result has no variants")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(cells), figsize=(4.6 * len(cells), 3.6), sharey=True, squeeze=False,
+                             constrained_layout=True)
+    x = np.arange(n_layers)
+    for ax, (variant, entry) in zip(axes[0], cells.items(), strict=True):
+        measures = (("before_ln", "before LN"), ("after_ln", "after LN (attn input)"))
+        series = [(label, entry[key]) for key, label in measures if entry[key][0] is not None]
+        width = 0.8 / len(series)
+        for j, (label, column) in enumerate(series):
+            mean = np.array([c["mean"] for c in column])
+            err = np.array([[c["mean"] - c["min"] for c in column], [c["max"] - c["mean"] for c in column]])
+            ax.bar(x + (j - (len(series) - 1) / 2) * width, mean, width, yerr=err, capsize=3, label=label)
+        ref = {
+            "no_scale": ("paper Table 1 (w/o scaling)", paper["table1"]["no_scale_attention_input"]),
+            "full": ("paper Table 2 (before LN)", paper["table2"]["before_ln"]),
+        }.get(variant)
+        if ref is not None and len(ref[1]) == n_layers:
+            ax.plot(x, ref[1], "k_", ms=22, mew=2, label=ref[0])
+        ax.set_xticks(x, [f"L{i + 1}" for i in x])
+        ax.set_title(f"{variant} ({len(entry['seeds'])} seeds; bars: mean, whiskers: min-max)", fontsize="small")
         ax.set_ylim(0, 100)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize="x-small")

@@ -60,6 +60,7 @@ __all__ = [
     "lm_config",
     "lm_unselectable",
     "summarize_layers",
+    "table_cells",
     "as_float64",
     "quick_settings",
     "train_char_lm",
@@ -413,3 +414,31 @@ def quick_settings(**changes: Any) -> LMSettings:
     """Tiny settings for tests, notebooks and the quick report (seconds, not minutes)."""
     base = LMSettings(n_ctx=24, steps=30, batch_size=8, eval_every=10, eval_windows=8, warmup_steps=5)
     return replace(base, **changes)
+
+
+def _stats(values: Sequence[float]) -> dict[str, float]:
+    vals = [float(v) for v in values]
+    mean = sum(vals) / len(vals)
+    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
+    return {"mean": mean, "std": std, "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def table_cells(result: dict[str, Any]) -> dict[str, Any]:
+    """Tables 1-2 cells over seeds: per variant, per measure (before_ln, after_ln, attention_input) and
+    layer, the mean / sample std / min / max over the runs (seeds) of the per-run percentage (itself the
+    mean over the measured windows); plus the final validation loss (bits per character) over seeds.
+    ``after_ln`` is null for a variant without LN."""
+    try:
+        runs = list(result["runs"])
+    except (KeyError, TypeError) as err:
+        raise ExactLensError(f"table_cells needs the dict returned by brody_tables: {err}") from err
+    cells: dict[str, Any] = {}
+    for variant in dict.fromkeys(run["variant"] for run in runs):
+        mine = [run for run in runs if run["variant"] == variant]
+        entry: dict[str, Any] = {"seeds": [run["seed"] for run in mine]}
+        for measure in ("before_ln", "after_ln", "attention_input"):
+            layers = zip(*(run["percent"][measure] for run in mine), strict=True)
+            entry[measure] = [None if any(v is None for v in column) else _stats(column) for column in layers]
+        entry["val_bits_per_char"] = _stats([run["history"][-1]["val_bits_per_char"] for run in mine])
+        cells[variant] = entry
+    return cells

@@ -18,10 +18,10 @@ import torch
 
 from exactlens.constructions.cookbook import Layer, Program, Readout, compile
 from exactlens.constructions.cookbook import attention as att
-from exactlens.constructions.registry import Construction, register
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.tasks import CLS, Majority
+from exactlens.tasks.base import check_count, check_int
 from exactlens.train.metrics import Metric
 from exactlens.train.presets import (
     ARCHITECTURE_OPTIONS,
@@ -29,7 +29,6 @@ from exactlens.train.presets import (
     check_architecture_options,
     comparable_config,
     positive_int,
-    register_preset,
 )
 
 PAPER = "Brody et al. 2023"
@@ -112,30 +111,141 @@ MAJORITY_PRESET = Preset(
 )
 
 
-PAPER_STEPS, PAPER_BATCH = 17_000, 6000  # App. E.1
+PAPER_STEPS, PAPER_BATCH = 17_000, 6000  # App. E.1: 1000 epochs of 17 steps of 6000 words
+PAPER_PARAMETERS = 584  # App. E.1
+PAPER_MIN_MARGIN = 6  # the authors' released data (not stated in the paper): majority - runner-up >= 6
 
-MAJORITY_PER_POSITION = Preset(
-    name="majority-per-position",
-    task="majority",
-    paper=f"{PAPER}, §4.1, App. E.1",
-    summary="MAJORITY as the paper frames it: the word's majority class predicted at every position; 1 layer, "
-    "d = 8, 20 classes, |w| = 50; the paper's 17K steps of 6000 words scaled to 2000 steps of 250",
-    config=_config,
-    defaults=dict(
-        epochs=2000, strings_per_epoch=250, test_strings=2000, lr=1e-2, lr_schedule="linear", d_model=8, d_mlp=0,
-        ln_eps=1e-5, num_classes=20, train_length=50, test_length=50, scaled=False, layer_norm="full",
-        eval_every=100,
-    ),
-    options={**ARCHITECTURE_OPTIONS, "num_classes": "number of classes (2..26)"},
-    task_params=lambda o: {"num_classes": o["num_classes"], "per_position": True},
-    validate=_validate,
-    metrics=(QUERY_ANGLE,),
+
+class MarginMajority(Majority):
+    """MAJORITY as Brody et al. train it (§4.1): the word's majority class predicted at every
+    position, no [CLS] (an encoder sees the whole word everywhere), and words whose majority class
+    leads the runner-up by at least ``min_margin``. The paper states length 50 and 20 classes only;
+    the authors' released data keep words whose top count exceeds the second by >= 6, and we
+    follow that in the preset (the task's default min_margin=1: any word with a unique majority).
+
+    Sampling: a uniform word; where its margin m = top - second is below min_margin, the
+    (first) top class overwrites min_margin - m random positions of other classes. Each overwrite
+    raises the top count by 1 and lowers one other count by 1, so the margin grows by >= 1 per
+    overwrite and the top class stays the majority."""
+
+    name = "majority-margin"
+    use_cls = False
+
+    def __init__(self, num_classes: int = 20, min_margin: int = 1, per_position: bool = True):
+        if per_position is not True:
+            raise ExactLensError(f"majority-margin is predicted at every position: per_position must be True, "
+                                 f"got {per_position!r} (the [CLS] classifier is the task 'majority')")
+        super().__init__(num_classes, allow_ties=False, per_position=True)
+        self.min_margin = check_int(min_margin, "majority-margin: min_margin", 1)
+        self.min_length = self.min_margin  # the all-one-class word has margin = its length
+
+    @property
+    def params(self) -> dict:
+        return {"num_classes": self.num_classes, "min_margin": self.min_margin, "per_position": True}
+
+    def margins(self, symbol_ids: torch.Tensor) -> torch.Tensor:
+        """Top count minus the second-largest count, [B] (0 on a tie)."""
+        top2 = self.counts(symbol_ids).topk(2, dim=1).values
+        return top2[:, 0] - top2[:, 1]
+
+    def sample(self, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
+        self.check_length(length)
+        check_count(count, self.name)
+        words = torch.randint(0, self.num_classes, (count, length), generator=generator)
+        if count == 0:
+            return words
+        top = self.targets(words)[:, 0]  # the first class with the top count
+        missing = (self.min_margin - self.margins(words)).clamp(min=0)
+        keys = torch.rand(words.shape, generator=generator)
+        keys[words == top[:, None]] = 2.0  # positions of the top class come last: never overwritten
+        rank = keys.argsort(dim=1).argsort(dim=1)
+        return torch.where(rank < missing[:, None], top[:, None], words)
+
+
+# ---- Fig. 2b as the authors measure it: every position's query -----------------------------------
+
+
+def _query_angle_all_positions(model: Any, batch: Any, cache: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Angle between each position's query, mapped into the (normalised) residual space as w * (W_K q)
+    (see _query_angle), and the line through the ones vector, averaged over the word's positions and
+    heads; summed over words. The authors average |angle| folded to [0, 90] over all positions."""
+    q = cache["blocks.0.attn.hook_q"]  # [b, pos, h, d_head]
+    block = model.blocks[0]
+    direction = torch.einsum("bphd,hmd->bphm", q, block.attn.W_K)
+    if block.norm == "pre":
+        direction = direction * block.ln1.w
+    cos = direction.sum(-1).abs() / (direction.norm(dim=-1) * math.sqrt(model.cfg.d_model)).clamp(min=1e-30)
+    angle = torch.rad2deg(torch.arccos(cos.clamp(max=1.0)))  # [b, pos, h]
+    positions = torch.arange(angle.shape[1], device=angle.device)
+    keep = (positions[None, :] < batch.n_positions.to(angle.device)[:, None])[:, :, None].to(angle.dtype)
+    per_word = (angle * keep).sum(dim=(1, 2)) / (keep.sum(dim=(1, 2)) * angle.shape[2])
+    return {"test_query_angle_deg": float(per_word.sum())}
+
+
+QUERY_ANGLE_ALL_POSITIONS = Metric(
+    ("test_query_angle_deg",),
+    lambda name: name == "blocks.0.attn.hook_q",
+    _query_angle_all_positions,
+    "angle (degrees) between each position's query and the ones line, mean over positions (Brody et al. Fig. 2b)",
 )
 
 
-def register_majority() -> None:
-    register(Construction("majority", "majority", majority, f"{PAPER} §4.1",
-                          "most frequent of num_classes classes: uniform attention, logits (count_c - c/k)/n at CLS",
-                          task_params=lambda p: {"num_classes": p["num_classes"]}))
-    register_preset(MAJORITY_PRESET)
-    register_preset(MAJORITY_PER_POSITION)
+def _paper_config(task, o: dict[str, Any]):
+    """The authors' layer (a pre-LN PyTorch encoder layer, d = 8, one head, FFN 8 -> 8 -> 8 with
+    biases, no final LN, no positions): attention with the output bias only (b_Q, b_K, b_V are frozen
+    at 0 by _paper_masks), no layer norm after the block."""
+    config = comparable_config(task, o, name="majority-per-position", n_layers=1, n_heads=1,
+                               positional_features=(), normalization="pre", attn_bias=True)
+    config.ln_final = False
+    return config
+
+
+FROZEN_AT_IDENTITY = ("blocks.0.attn.b_Q", "blocks.0.attn.b_K", "blocks.0.attn.b_V", "blocks.0.ln1.w",
+                      "blocks.0.ln1.b", "unembed.b_U")
+"""The authors' first LN has no gain or bias, attention no input biases, the readout no bias."""
+
+
+def _paper_prepare(model: ExactTransformer, o: dict[str, Any]) -> None:
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name in FROZEN_AT_IDENTITY:
+            if name in params:
+                params[name].fill_(1.0 if name.endswith("ln1.w") else 0.0)
+
+
+def _paper_masks(model: ExactTransformer, o: dict[str, Any]) -> dict[str, bool]:
+    params = dict(model.named_parameters())
+    return {name: False for name in FROZEN_AT_IDENTITY if name in params}
+
+
+def _validate_paper(o: dict[str, Any]) -> None:
+    _validate(o)
+    positive_int("min_margin", o["min_margin"])
+    if o["train_length"][0] < o["min_margin"] or o["test_length"][0] < o["min_margin"]:
+        raise ExactLensError(f"majority-margin words need |w| >= min_margin={o['min_margin']}")
+
+
+MAJORITY_PER_POSITION = Preset(
+    name="majority-per-position",
+    task="majority-margin",
+    paper=f"{PAPER}, §4.1, App. E.1",
+    summary="MAJORITY as the paper trains it: the majority class predicted at every position, no [CLS], "
+    "words with majority - runner-up >= 6; the authors' layer (d = 8, FFN 8, pre-LN, no final LN); "
+    "by default a CPU budget (600 Adam steps of 100 words, lr 1e-2); App. E.1's schedule (lr 1e-3 linear, "
+    "batch 6000, 17K steps) is benchmarks/brody_majority.py's",
+    config=_paper_config,
+    # A CPU budget of minutes (per-position test accuracy ~0.9 for both LN variants, measured); the paper's
+    # schedule costs ~90 h on one core and runs from benchmarks/brody_majority.py with explicit options.
+    defaults=dict(
+        epochs=60, strings_per_epoch=1000, batch_size=100, test_strings=2000, lr=1e-2,
+        lr_schedule="constant", d_model=8, d_mlp=8, ln_eps=1e-5, num_classes=20, train_length=50,
+        test_length=50, scaled=False, layer_norm="full", eval_every=10, min_margin=PAPER_MIN_MARGIN,
+    ),
+    options={**ARCHITECTURE_OPTIONS, "num_classes": "number of classes (2..26)",
+             "min_margin": "words' majority count minus the runner-up's is at least this (the authors' data: 6)"},
+    task_params=lambda o: {"num_classes": o["num_classes"], "min_margin": o["min_margin"]},
+    validate=_validate_paper,
+    metrics=(QUERY_ANGLE_ALL_POSITIONS,),
+    prepare=_paper_prepare,
+    masks=_paper_masks,
+)

@@ -13,6 +13,12 @@ CLS query, mapped into the normalised residual space (W_K q), and the line throu
 steps until the test accuracy first reaches each of ``thresholds`` (None if never) and the curves.
 The paper's own schedule (batch 6000, 17K steps) is far beyond a CPU budget of minutes; the
 settings here are stated in the output and much shorter.
+
+Fig. 2-3 as the paper runs them: :func:`paper_variant` trains ``settings["runs"]`` seeds of the
+``majority-per-position`` preset (the authors' layer and data, App. E.1's optimiser) as one stacked
+computation and returns the curves of Fig. 2a (training loss), 2b (mean query angle to the ones
+line, over all positions) and 3 (per-position test accuracy) with mean / std / min / max over runs;
+:func:`plot_paper_majority` draws them (benchmarks/brody_majority.py runs both variants).
 """
 
 from __future__ import annotations
@@ -28,7 +34,11 @@ from exactlens.errors import ExactLensError
 from exactlens.outputs import save_figure
 from exactlens.train import train
 
-__all__ = ["BENCH_OPTIONS", "majority_data", "plot_majority", "report_options", "steps_to"]
+__all__ = [
+    "BENCH_OPTIONS", "PAPER_SETTINGS", "QUICK_SETTINGS", "first_step_at", "majority_data", "paper_variant",
+    "plot_majority", "plot_paper_majority", "report_options", "steps_to", "summarize_paper_majority",
+    "trainable_parameters",
+]
 
 BENCH_OPTIONS: dict[str, Any] = {
     "epochs": 60,
@@ -163,3 +173,165 @@ def plot_majority(data: dict[str, Any], path: str | Path) -> Path:
     save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
+
+
+# ---- Fig. 2-3 at the paper's scale: 10 stacked runs per variant ----------------------------------
+
+PAPER_SETTINGS: dict[str, Any] = {
+    "steps": 17_000,  # App. E.1: 1000 epochs of 17 steps
+    "batch": 6000,
+    "lr": 1e-3,
+    "lr_schedule": "linear",
+    "runs": 10,
+    "eval_every": 17,  # one of the paper's epochs
+    "test_strings": 2000,
+}
+"""App. E.1's settings for ``paper_majority`` (the test words: 2000 fresh per evaluation, the
+paper's fixed set has 20K)."""
+
+QUICK_SETTINGS: dict[str, Any] = {
+    "steps": 6, "batch": 60, "lr": 1e-3, "lr_schedule": "constant", "runs": 2, "eval_every": 3, "test_strings": 60,
+}
+"""Seconds: for tests and ``make report --quick``."""
+
+VARIANT_LABELS = {"full": "with projection (LN)", "scale_only": "without projection (x / RMS(x))", "none": "no LN"}
+
+
+def trainable_parameters(run: Any) -> int:
+    """Parameters the optimizer updated: the model's, less the preset's frozen ones."""
+    from exactlens.papers.brody.majority import FROZEN_AT_IDENTITY
+
+    return sum(p.numel() for name, p in run.model.named_parameters()
+               if p.requires_grad and name not in FROZEN_AT_IDENTITY)
+
+
+def _band(values: list[list[float | None]]) -> dict[str, list[float | None]]:
+    """Mean, standard deviation, min and max over runs at each point (None where a run has no value)."""
+    out: dict[str, list[float | None]] = {"mean": [], "std": [], "min": [], "max": []}
+    for column in zip(*values, strict=True):
+        vals = [float(v) for v in column if v is not None]
+        out["mean"].append(float(np.mean(vals)) if vals else None)
+        out["std"].append(float(np.std(vals, ddof=1)) if len(vals) > 1 else (0.0 if vals else None))
+        out["min"].append(min(vals) if vals else None)
+        out["max"].append(max(vals) if vals else None)
+    return out
+
+
+def first_step_at(steps: Sequence[int], values: Sequence[float | None], threshold: float) -> int | None:
+    """The first step whose value is >= threshold, or None."""
+    for step, value in zip(steps, values, strict=True):
+        if value is not None and value >= threshold:
+            return int(step)
+    return None
+
+
+def paper_variant(layer_norm: str, settings: dict[str, Any], *, seeds: Sequence[int] | None = None,
+                  progress: Any = None) -> dict[str, Any]:
+    """One variant of Fig. 2-3: ``settings["runs"]`` seeds of the ``majority-per-position`` preset
+    trained together (``train_many``: one stacked computation), one Adam step per record.
+    Returns the per-run curves and, per curve, mean / std / min / max over runs."""
+    from exactlens.train import train_many
+
+    seeds = list(range(settings["runs"])) if seeds is None else list(seeds)
+    start = time.perf_counter()
+    runs = train_many(
+        "majority-per-position", seeds, layer_norm=layer_norm, epochs=settings["steps"],
+        strings_per_epoch=settings["batch"], batch_size=settings["batch"], lr=settings["lr"],
+        lr_schedule=settings["lr_schedule"], eval_every=settings["eval_every"],
+        test_strings=settings["test_strings"], progress=progress,
+        **({"min_margin": settings["min_margin"]} if "min_margin" in settings else {}),
+    )
+    wall = time.perf_counter() - start
+    history = runs[0].history
+    steps = [int(r["step"]) for r in history]
+    evals = [i for i, r in enumerate(history) if r["test_evaluated"]]
+    train_loss = [[r["train_loss_bits"] * LN2_NATS for r in run.history] for run in runs]
+    test_acc = [[run.history[i]["test_per_position_accuracy"] for i in evals] for run in runs]
+    test_word_acc = [[run.history[i]["test_accuracy"] for i in evals] for run in runs]
+    angle = [[run.history[i]["test_query_angle_deg"] for i in evals] for run in runs]
+    eval_steps = [steps[i] for i in evals]
+    return {
+        "layer_norm": layer_norm,
+        "label": VARIANT_LABELS.get(layer_norm, layer_norm),
+        "seeds": seeds,
+        "steps": steps,
+        "eval_steps": eval_steps,
+        "train_loss_nats": _band(train_loss),
+        "test_accuracy": _band(test_acc),
+        "test_word_accuracy": _band(test_word_acc),
+        "query_angle_deg": _band(angle),
+        "per_run": [
+            {"seed": s, "train_loss_nats": tl, "test_accuracy": ta, "query_angle_deg": an,
+             "steps_to_0.9": first_step_at(eval_steps, ta, 0.9)}
+            for s, tl, ta, an in zip(seeds, train_loss, test_acc, angle, strict=True)
+        ],
+        "wall_s": wall,
+        "s_per_step": wall / max(len(steps), 1),
+        "n_parameters": trainable_parameters(runs[0]),
+        "options": {k: v for k, v in runs[0].info["options"].items() if k != "layer_norm"},
+    }
+
+
+LN2_NATS = float(np.log(2.0))  # history losses are in bits; the paper plots nats (cross-entropy)
+
+
+def plot_paper_majority(data: dict[str, Any], path: str | Path) -> Path:
+    """Fig. 2a (training loss), 2b (query angle to the ones line), 3 (test accuracy): mean over runs
+    with the min-max band, one colour per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    try:
+        variants = list(data["variants"])
+    except (KeyError, TypeError) as err:
+        raise ExactLensError(f"plot_paper_majority needs the dict of paper_majority results: {err}") from err
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    colors = {"full": "tab:blue", "scale_only": "tab:orange", "none": "tab:gray"}
+    panels = (("train_loss_nats", "steps", "training loss (nats)", "Fig. 2a: training loss"),
+              ("query_angle_deg", "eval_steps", "angle(query, ones line) [deg]", "Fig. 2b: query angle to 1"),
+              ("test_accuracy", "eval_steps", "test accuracy (per position)", "Fig. 3: test accuracy"))
+    for ax, (key, xs, ylabel, title) in zip(axes, panels, strict=True):
+        for variant in variants:
+            band = variant[key]
+            x = np.asarray(variant[xs], dtype=float)
+            nan = lambda v: np.asarray([np.nan if a is None else a for a in v], dtype=float)  # noqa: E731
+            color = colors.get(variant["layer_norm"], "k")
+            label = f"{variant['label']} ({len(variant['seeds'])} runs)"
+            ax.plot(x, nan(band["mean"]), color=color, label=label)
+            ax.fill_between(x, nan(band["min"]), nan(band["max"]), color=color, alpha=0.2, linewidth=0)
+        ax.set_xlabel("Adam steps")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+    axes[1].set_ylim(0, 90)
+    axes[2].set_ylim(0, 1)
+    axes[2].legend(fontsize="small")
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def summarize_paper_majority(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per variant: final mean (std) training loss, test accuracy and angle, and the first step
+    where the mean test accuracy reaches 0.5 / 0.9."""
+    rows = []
+    for v in data["variants"]:
+        acc, ang, loss = v["test_accuracy"], v["query_angle_deg"], v["train_loss_nats"]
+        rows.append({
+            "layer_norm": v["layer_norm"],
+            "label": v["label"],
+            "runs": len(v["seeds"]),
+            "steps": v["steps"][-1] if v["steps"] else 0,
+            "final_train_loss": loss["mean"][-1], "final_train_loss_std": loss["std"][-1],
+            "final_test_accuracy": acc["mean"][-1], "final_test_accuracy_std": acc["std"][-1],
+            "final_angle_deg": ang["mean"][-1], "final_angle_deg_std": ang["std"][-1],
+            "first_angle_deg": ang["mean"][0],
+            "mean_steps_to_0.5": first_step_at(v["eval_steps"], acc["mean"], 0.5),
+            "mean_steps_to_0.9": first_step_at(v["eval_steps"], acc["mean"], 0.9),
+            "s_per_step": v["s_per_step"],
+        })
+    return rows

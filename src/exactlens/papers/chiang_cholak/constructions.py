@@ -11,7 +11,6 @@ import math
 
 from exactlens.constructions.builder import LabelledModel, labelled_config
 from exactlens.constructions.layer_norm import append_confidence_layer, double_for_post_ln
-from exactlens.constructions.registry import Construction, register
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.tasks import Parity
@@ -168,28 +167,3 @@ def first_log_closed_form(n: int, first_is_one: bool, c: float = 1.0) -> float:
     """§5.3 with general c: CLS gives weight n^c/(n^c + n - 1) to position 1 (c = 1: n/(2n-1))."""
     weight = n**c / (n**c + n - 1)
     return weight * (float(first_is_one) - 0.5)
-
-
-def register_constructions() -> None:
-    CC = "Chiang & Cholak 2022"
-
-    register(Construction("parity", "parity", parity, f"{CC} §3.2",
-                          "PARITY, 2 layers x 2 heads, d=9, no layer norm; s = ±2tanh(c)/n^2 (even n)"))
-    register(Construction("first", "first", first, f"{CC} §3.3",
-                          "FIRST, 2 layers, d=6, no layer norm; s = e^c/(e^c+n-1)(I[w1=1]-1/2)"))
-    register(Construction("parity-ln", "parity", parity_ln, f"{CC} §4.1",
-                          "PARITY with [x,-x] residual and post-LN (gamma=1, beta=0), eps a parameter"))
-    register(Construction("first-ln", "first", first_ln, f"{CC} §4.1",
-                          "FIRST with [x,-x] residual and post-LN (gamma=1, beta=0), eps a parameter"))
-    register(Construction("parity-ln-eta", "parity", parity_ln_eta, f"{CC} §4.2 Prop. 2",
-                          "parity-ln (eps=0) plus the Prop. 2 layer: cross-entropy eta bits for every n",
-                          min_length=1))  # empty word: s = 0 and LN(0) = 0/0 with eps = 0
-    register(Construction("first-ln-eta", "first", first_ln_eta, f"{CC} §4.2 Prop. 2",
-                          "first-ln (eps=0) plus the Prop. 2 layer: cross-entropy eta bits for every n",
-                          min_length=1))  # empty word: s = 0 and LN(0) = 0/0 with eps = 0
-    register(Construction("first-log", "first", first_log, f"{CC} §5.3 eq. 2, Prop. 3",
-                          "FIRST with attention logits scaled by log n; |s| > 1/4 for c=1"))
-    register(Construction("first-log-ln", "first", first_log_ln, f"{CC} §5.3 Prop. 3",
-                          "first-log with [x,-x] residual and post-LN"))
-    register(Construction("first-flawed", "first", first_flawed, f"{CC} §5.2",
-                          "one-layer FIRST that leaks the other positions; correct iff c > log(n-1)"))

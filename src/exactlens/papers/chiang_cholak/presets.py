@@ -16,7 +16,6 @@ from exactlens.train.presets import (
     Preset,
     check_architecture_options,
     comparable_config,
-    register_preset,
 )
 
 PAPER = "Chiang & Cholak 2022"
@@ -66,8 +65,3 @@ PARITY = Preset(
     metrics=(ATTENTION_TO_FIRST,),
     null_fields=("test_query_angle_deg",),  # every record had it before metrics were per preset
 )
-
-
-def register_presets() -> None:
-    register_preset(FIRST)
-    register_preset(PARITY)

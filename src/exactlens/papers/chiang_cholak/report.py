@@ -10,7 +10,7 @@ from exactlens.analysis.diff import diff
 from exactlens.papers.chiang_cholak import figures as cf
 from exactlens.train import train
 from exactlens.viz.diff_page import attention_views, diff_html
-from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, register_section, table
+from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, table
 
 PAPER = "Chiang & Cholak"
 
@@ -144,12 +144,13 @@ def diff_sections(ctx: ReportContext) -> list[Section]:
             test_strings=100,
             eval_every=0,
             lr=1e-3,
+            device=ctx.device,
         )
         trained_s = time.perf_counter() - t0
         result = diff(run.model, "first", lengths=list(s["lengths"]), strings=s["strings"], das_steps=60,
-                      alignment_pairs=s["strings"])
+                      alignment_pairs=s["strings"], device=ctx.device)
         data = ctx.write_json("diff-first.json", result)
-        t, e = attention_views(result, run.model, ctx.out_dir / "attention" / "diff-first",
+        t, e = attention_views(result, run.model.cpu(), ctx.out_dir / "attention" / "diff-first",
                                        bundle_dir=ctx.bundle_dir) or (None, None)
         views = (ctx.rel(t), ctx.rel(e)) if t is not None else None
         intro = (
@@ -161,8 +162,3 @@ def diff_sections(ctx: ReportContext) -> list[Section]:
         return [Section("Trained vs exact: FIRST", "diff-first", intro + diff_html(result, views))]
     except Exception as err:  # a failing section must not sink the report
         return [Section("Trained vs exact: FIRST", "diff-first", ctx.error("diff section", err))]
-
-
-def register_sections() -> None:
-    register_section("chiang-cholak-figures", chiang_figures_sections, order=100)
-    register_section("chiang-cholak-diff", diff_sections, order=300)

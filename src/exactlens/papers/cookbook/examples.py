@@ -23,11 +23,10 @@ import torch
 from exactlens.constructions.cookbook import FFN, Head, Layer, Program, Readout, compile
 from exactlens.constructions.cookbook import attention as att
 from exactlens.constructions.cookbook import ffn as ff
-from exactlens.constructions.registry import Construction, register
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.tasks import CLS, Dyck, InductionFrequent, InductionRecent
-from exactlens.tasks.decisions import DecisionRule, register_decision_rule
+from exactlens.tasks.decisions import DecisionRule
 
 UNIFORM = "uniform external check"
 NONUNIFORM = "nonuniform 0/1 decision"
@@ -318,27 +317,6 @@ DYCK_RULE = DecisionRule(
 )
 
 
-def register_constructions() -> None:
-    register_decision_rule(DYCK_RULE)
-    register(Construction("induction-recent", "induction-recent", induction_recent, f"{TC} §9.1.1",
-                          "at every position, the follower of the most recent earlier occurrence of the current "
-                          "symbol (itself if none); 2 layers, unique-hard",
-                          task_params=lambda p: {"num_symbols": p["num_symbols"]}))
-    register(Construction("induction-frequent", "induction-frequent", induction_frequent, f"{TC} §9.1.2",
-                          "at every position, the most frequent follower of the current symbol (ties: "
-                          "alphabetical); bigram counts, 2 layers",
-                          task_params=lambda p: {"num_symbols": p["num_symbols"]}))
-    register(Construction("dyck1", "dyck", dyck1, f"{TC} §9.2.1",
-                          "Dyck-1, future-masked uniform attention; uniform external check, or 0/1 with max_length=N",
-                          task_params=lambda p: {"k": 1, "max_depth": None}, decision_rule=DYCK_RULE.name))
-    register(Construction("dyck1-depth2", "dyck", dyck1_depth2, f"{TC} §9.2.2",
-                          "Dyck-1 of depth <= 2: match-and-cancel twice (4 hard-attention layers + final average)",
-                          task_params=lambda p: {"k": 1, "max_depth": 2}, decision_rule=DYCK_RULE.name))
-    register(Construction("dyck-k-D", "dyck", dyck_kd, f"{TC} §9.2.3",
-                          "Dyck-k of depth <= D: 2D hard-attention layers cancel matched pairs, then an average",
-                          task_params=lambda p: {"k": p["k"], "max_depth": p["D"]}, decision_rule=DYCK_RULE.name))
-
-
 DYCK_TRAINING = {"train_length": (1, 16), "test_length": (1, 16)}
 """Dyck-1, Dyck-1 of depth 2 and Dyck-k-D in their constructions' shapes: the generic 1200 Adam steps
 of 128 words (exactlens.train.shaped) at |w| 1..16 reach held-out accuracy 1.0 (the table in docs/training.md)."""
@@ -346,12 +324,3 @@ of 128 words (exactlens.train.shaped) at |w| 1..16 reach held-out accuracy 1.0 (
 INDUCTION_TRAINING = {"d_model": 32, "train_length": (1, 16), "test_length": (1, 16)}
 """Induction heads in the constructions' shape (2 layers x 1 head, feature i): width 32 (the rule's 16
 plateaus lower); most-recent plateaus near 0.93 per position (the table in docs/training.md)."""
-
-
-def register_training_defaults() -> None:
-    from exactlens.train import register_task_defaults
-
-    register_task_defaults("dyck", DYCK_TRAINING)
-    register_task_defaults("induction-recent", INDUCTION_TRAINING)
-    register_task_defaults("induction-frequent", INDUCTION_TRAINING)
-

@@ -18,7 +18,7 @@ from exactlens import tasks
 from exactlens.analysis.verify import outputs_of, verify
 from exactlens.constructions import get
 from exactlens.viz.attention import attention_heatmap, attention_view
-from exactlens.viz.page import ReportContext, Section, esc, figure, progress, register_section, slug, table
+from exactlens.viz.page import ReportContext, Section, esc, figure, progress, slug, table
 from exactlens.viz.trained_diff import TrainedDiff, trained_diff_section
 
 # name, parameters, example words (from the papers where they give one), what it computes
@@ -159,7 +159,3 @@ INDUCTION_DIFF = TrainedDiff(
 
 def induction_diff_sections(ctx: ReportContext) -> list[Section]:
     return [trained_diff_section(ctx, INDUCTION_DIFF)] if INDUCTION_DIFF.against in ctx.names else []
-
-def register_sections() -> None:
-    register_section("cookbook-examples", examples_sections, order=500)
-    register_section("cookbook-diff-induction", induction_diff_sections, order=510)

@@ -13,10 +13,9 @@ import math
 import torch
 
 from exactlens.constructions.builder import LabelledModel, labelled_config, token_labels
-from exactlens.constructions.registry import Construction, register
 from exactlens.model import ExactTransformer
 from exactlens.tasks import One, Palindrome
-from exactlens.tasks.decisions import DecisionRule, register_decision_rule
+from exactlens.tasks.decisions import DecisionRule
 
 ONE_LABELS = ("I[w_i=0]", "I[w_i=1]", "I[w_i=CLS]", "i/n", "k/n", "1/n", "s")
 PALINDROME_LABELS = (
@@ -135,44 +134,3 @@ PALINDROME_RULE = DecisionRule(
     logits=True,  # s is also read as a sigmoid logit (cross-entropy), as the paper's output layer does
     evidence=palindrome_evidence,
 )
-
-
-def register_constructions() -> None:
-    from exactlens.papers.nowak.palindrome_hash import palindrome_hash
-    from exactlens.papers.nowak.palindrome_robust import palindrome_robust
-
-    register_decision_rule(PALINDROME_RULE)
-    register(Construction("one", "one", one, f"{NOWAK} §3.1", "ONE, 1 layer x 1 head, d=7, no layer norm; "
-                          "s = (I[k=1] - 1/2)/n"))
-    register(
-        Construction(
-            "palindrome",
-            "palindrome",
-            palindrome,
-            f"{NOWAK} §3.2, App. A",
-            "PALINDROME with [EOS], 2 layers x 2 heads, d=11, c=ln 2; s = sum of ±2^i over "
-            "mismatches / (2^n - 1); accept iff |s| < 2^-n",
-            decision_rule=PALINDROME_RULE.name,
-        )
-    )
-    register(
-        Construction(
-            "palindrome-robust",
-            "palindrome",
-            palindrome_robust,
-            "ours (Yang et al. 2025 §5.3.4, §5.7)",
-            "PALINDROME by mirror lookup (quadratic maximization, gap magnified to underflow), "
-            "position-wise mismatch, uniform average; logit (1/2 - M)/n, |logit| >= 1/(2n)",
-        )
-    )
-    register(
-        Construction(
-            "palindrome-hash",
-            "palindrome",
-            palindrome_hash,
-            "ours (Yang et al. 2025 §5.1.2, §5.3.3, §4.8)",
-            "PALINDROME by layer-norm-hash lookup of the mirror n-1-i (6 layers, average-hard, selective LN); "
-            "logit (1 - M)/n at CLS, M = #mismatches (0 or >= 2), |logit| >= 1/n",
-            tags=("layer-norm-hash",),
-        )
-    )

@@ -16,9 +16,7 @@ from exactlens.train.presets import (
     Preset,
     check_architecture_options,
     comparable_config,
-    register_preset,
 )
-from exactlens.train.shaped import register_task_defaults
 
 POSITIONS = {"paper": ("i/n",), "first": ("I[i=1]",)}
 
@@ -53,8 +51,3 @@ ONE = Preset(
 PALINDROME_TRAINING = {"epochs": 600, "train_length": (1, 16), "test_length": (1, 16)}
 """PALINDROME in the shapes of palindrome, palindrome-robust and palindrome-hash (Nowak et al. train
 none): 2400 Adam steps of 128 words at |w| 1..16 (exactlens.train.shaped's other settings)."""
-
-
-def register_presets() -> None:
-    register_preset(ONE)
-    register_task_defaults("palindrome", PALINDROME_TRAINING)

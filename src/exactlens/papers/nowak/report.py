@@ -7,7 +7,7 @@ import time
 from exactlens.analysis.verify import precision
 from exactlens.constructions import get
 from exactlens.papers.nowak import figures as nf
-from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, register_section, table
+from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, table
 
 NOWAK_NAMES = ("one", "palindrome", "palindrome-robust")
 
@@ -22,7 +22,8 @@ def nowak_sections(ctx: ReportContext) -> list[Section]:
         max_length, strings = (60, 20) if ctx.quick else (200, 100)
         rows = []
         for dtype in ("float32", "float64"):
-            result = precision("palindrome", dtype=dtype, max_length=max(max_length, 120), strings=32)
+            result = precision("palindrome", dtype=dtype, max_length=max(max_length, 120), strings=32,
+                               device=ctx.device_for(dtype))
             first = result["first_failure_length"]
             detail = nf.signal_and_rounding([first], dtype)[0] if first is not None else None
             rows.append(
@@ -80,7 +81,3 @@ def nowak_sections(ctx: ReportContext) -> list[Section]:
         parts.append(ctx.error("Nowak et al. figures", err))
     paper = get("palindrome").paper.split(" §")[0]
     return [Section(f"{paper}: PALINDROME precision", "nowak-figures", "\n".join(parts))]
-
-
-def register_sections() -> None:
-    register_section("nowak", nowak_sections, order=400)

@@ -49,7 +49,7 @@ def _patched(model: ExactTransformer, base: PairBatch, source: PairBatch, site: 
     def swap(act: torch.Tensor, hook: Any) -> torch.Tensor:
         return donor.to(act.dtype)
 
-    return model.run_with_hooks(base.categories, fwd_hooks=[(site, swap)])[..., 0].double()
+    return model.run_with_hooks(base.categories, fwd_hooks=[(site, swap)])[..., 0].double().cpu()
 
 
 def _nearest_entry(values: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

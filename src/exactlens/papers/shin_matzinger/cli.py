@@ -1,4 +1,8 @@
-"""`exactlens pairlogic`: train (or load) Shin & Matzinger models and decide where the pair logic lives."""
+"""`exactlens pairlogic`: train (or load) Shin & Matzinger models and decide where the pair logic lives.
+
+Importing this module imports no torch (``exactlens --help`` registers the verb from it); the work's
+modules are imported when the verb runs.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from exactlens.api import Result, View, register_api, register_view
-from exactlens.cli.common import emit
+from exactlens.cli.common import add_device_argument, emit
 from exactlens.cli.registry import Verb, register_verb
-from exactlens.constructions import get
 from exactlens.errors import ExactLensError
-from exactlens.model import ExactTransformer
-from exactlens.outputs import staged
-from exactlens.papers.shin_matzinger.causal import CAUSAL_RULE
-from exactlens.papers.shin_matzinger.pairlogic import VERDICT_RULE, analyse, check_construction, consensus
-from exactlens.papers.shin_matzinger.task import make_q
-from exactlens.papers.shin_matzinger.training import FLAVOURS, SYSTEMS, PairTrainConfig, train_pairs
 
 
 def _progress(message: str) -> None:
@@ -28,17 +23,24 @@ def _progress(message: str) -> None:
 
 
 def _check(args: argparse.Namespace) -> dict[str, Any]:
+    from exactlens.constructions import get
+    from exactlens.devices import device_name
+    from exactlens.papers.shin_matzinger.pairlogic import check_construction
+    from exactlens.papers.shin_matzinger.task import make_q
+
     construction = get(args.check)
     if construction.task != "pairs":
         raise ExactLensError(f"--check takes a Shin & Matzinger construction (sm-solution1..3), not {args.check!r}")
     model = construction.make(
-        dtype=args.dtype, categories=args.categories, positions=args.positions, q=args.q, q_seed=args.q_seed
+        dtype=args.dtype, device=args.device, categories=args.categories, positions=args.positions, q=args.q,
+        q_seed=args.q_seed,
     )
     q = make_q(args.q, args.categories, args.q_seed)
     result = check_construction(model, q, strings=args.batch, seed=args.seed)
     return {
         "name": args.check,
         "dtype": args.dtype,
+        "device": device_name(model.device),
         "categories": args.categories,
         "positions": args.positions,
         "q": args.q,
@@ -48,6 +50,9 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _train_seeds(args: argparse.Namespace, root: Path | None) -> list[dict[str, Any]]:
+    from exactlens.papers.shin_matzinger.pairlogic import analyse
+    from exactlens.papers.shin_matzinger.training import PairTrainConfig, train_pairs
+
     runs = []
     for seed in range(args.seed, args.seed + args.seeds):
         cfg = PairTrainConfig(
@@ -66,7 +71,7 @@ def _train_seeds(args: argparse.Namespace, root: Path | None) -> list[dict[str, 
             f"pairlogic: training {args.system}/{args.flavour}, seed {seed} "
             f"(N={args.categories}, M={args.positions}, {args.iterations} LBFGS iterations)"
         )
-        run = train_pairs(cfg, log=_progress, out=None if root is None else root / f"seed{seed}")
+        run = train_pairs(cfg, log=_progress, out=None if root is None else root / f"seed{seed}", device=args.device)
         record = {
             "seed": seed,
             "train_mse": run.train_mse,
@@ -81,9 +86,19 @@ def _train_seeds(args: argparse.Namespace, root: Path | None) -> list[dict[str, 
 
 
 def _verdicts(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from exactlens.devices import device_name, resolve_device
+    from exactlens.model import ExactTransformer
+    from exactlens.outputs import staged
+    from exactlens.papers.shin_matzinger.causal import CAUSAL_RULE
+    from exactlens.papers.shin_matzinger.pairlogic import VERDICT_RULE, analyse, consensus
+    from exactlens.papers.shin_matzinger.task import make_q
+
+    device = resolve_device(args.device, args.dtype)  # a device that is not there fails before any work
     runs = []
     if args.checkpoint:
-        model = ExactTransformer.load(args.checkpoint)
+        model = ExactTransformer.load(args.checkpoint).to(device)
         meta = model.cfg.metadata
         if "q_true" in meta:
             q = torch.tensor(meta["q_true"], dtype=torch.float64)
@@ -99,6 +114,7 @@ def _verdicts(args: argparse.Namespace) -> dict[str, Any]:
                 staged(args.save, overwrite=args.overwrite, what="--save directory"))
             runs = _train_seeds(args, root)
     return {
+        "device": device_name(device),
         "categories": args.categories,
         "positions": args.positions,
         "q": args.q,
@@ -141,12 +157,16 @@ def _text(result: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
+    import torch
+
     torch.set_num_threads(1)
     result = _check(args) if args.check else _verdicts(args)
     emit(result, args.json, _text(result))
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
+    from exactlens.papers.shin_matzinger.training import FLAVOURS, SYSTEMS
+
     p.add_argument("--categories", type=int, default=10, help="N, number of categories (default 10)")
     p.add_argument("--positions", type=int, default=50, help="M, sequence length (default 50)")
     p.add_argument("--seed", type=int, default=0, help="first training seed (default 0)")
@@ -162,6 +182,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save", help="save each trained model under SAVE/seed<S> (SAVE appears when all are done)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --save directory")
     p.add_argument("--check", metavar="NAME", help="check a construction (sm-solution1..3) against q_true")
+    add_device_argument(p, "training and the checks run there; the verdicts' figures come back to the CPU")
     p.add_argument("--json", action="store_true")
 
 

@@ -41,7 +41,6 @@ from collections.abc import Callable
 
 import torch
 
-from exactlens.constructions.registry import Construction, register
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.papers.shin_matzinger.task import check_positions, check_q, make_q
@@ -280,17 +279,3 @@ def predict(model: ExactTransformer, categories: torch.Tensor) -> torch.Tensor:
     if categories.ndim != 2:
         raise ExactLensError(f"categories must be [batch, M], got shape {tuple(categories.shape)}")
     return model(categories.long())[..., 0]
-
-
-def register_constructions() -> None:
-    """The three solutions as regression constructions of the task ``pairs`` (q_true from a seed)."""
-    params = lambda p: {"categories": p["categories"], "q": p["q"], "seed": p["q_seed"]}  # noqa: E731
-    register(Construction("sm-solution1", "pairs", solution1, f"{PAPER} §2.1",
-                          "attention (k^T q = 2 D_-1) puts X_(i-1) next to X_i; FFN with N^2 rows + C decode the pair",
-                          task_params=params, tags=("regression",)))
-    register(Construction("sm-solution2", "pairs", solution2, f"{PAPER} §2.2",
-                          "bilinear score k^T q = A_2 = q_true on categories; v shifts positions; skip + ReLU keep "
-                          "the diagonal", task_params=params, tags=("regression",)))
-    register(Construction("sm-solution3", "pairs", solution3, f"{PAPER} §2.3",
-                          "v = A_2^T on categories, k^T q = D_-1 on positions; skip + ReLU extract the entry",
-                          task_params=params, tags=("regression",)))

@@ -68,9 +68,10 @@ def signatures(model: ExactTransformer, q_true: torch.Tensor) -> dict[str, float
     """Correlations of the learned bilinear form and OV map with the three solutions' matrices."""
     n, m = _check_model(model, q_true)
     attn = model.blocks[0].attn
-    rows = torch.cat([model.embed.W_E, model.pos_embed.W_pos[:m]]).double()  # inputs of the categories, positions
-    qk = rows @ attn.W_Q[0].double() @ attn.W_K[0].double().T @ rows.T  # [query input, key input]
-    ov = rows @ attn.W_V[0].double() @ attn.W_O[0].double()  # [source input, residual dim]
+    rows = torch.cat([model.embed.W_E, model.pos_embed.W_pos[:m]]).double().cpu()  # inputs of the categories, positions
+    w_q, w_k, w_v, w_o = (getattr(attn, name)[0].double().cpu() for name in ("W_Q", "W_K", "W_V", "W_O"))
+    qk = rows @ w_q @ w_k.T @ rows.T  # [query input, key input]
+    ov = rows @ w_v @ w_o  # [source input, residual dim]
     q = q_true.double()
     off = ~torch.eye(n, dtype=torch.bool)  # q signatures: off-diagonal entries, so an identity mover scores 0
     causal = torch.tril(torch.ones(m, m, dtype=torch.bool))
@@ -90,7 +91,7 @@ def category_qk(model: ExactTransformer) -> torch.Tensor:
     out), the paper's k^T q on the category block; Fig. 1 compares it with q_true[s, t]."""
     attn = model.blocks[0].attn
     e = model.embed.W_E
-    return (e @ attn.W_Q[0] @ attn.W_K[0].T @ e.T).T
+    return (e @ attn.W_Q[0] @ attn.W_K[0].T @ e.T).T.cpu()
 
 
 def _mse(pred: torch.Tensor, batch: PairBatch) -> float:
@@ -101,18 +102,18 @@ def _mse(pred: torch.Tensor, batch: PairBatch) -> float:
 def ablations(model: ExactTransformer, fit: PairBatch, score: PairBatch) -> dict[str, float]:
     """MSE of the model, without attention, and with the FFN replaced by its best linear replacement."""
     _check_model(model, torch.zeros(model.cfg.d_vocab, model.cfg.d_vocab))
-    full = model(score.categories)[..., 0]
+    full = model(score.categories)[..., 0].cpu()  # the model runs on its device; the figures on the CPU
 
     def no_attention(act, hook):
         return torch.zeros_like(act)
 
-    without = model.run_with_hooks(score.categories, fwd_hooks=[("blocks.0.hook_attn_out", no_attention)])[..., 0]
+    without = model.run_with_hooks(score.categories, fwd_hooks=[("blocks.0.hook_attn_out", no_attention)])[..., 0].cpu()
 
     def ffn_io(batch: PairBatch) -> tuple[torch.Tensor, torch.Tensor]:
         out, cache = model.run_with_cache(batch.categories, names_filter=["blocks.0.hook_resid_mid"])
-        ffn_in = cache["blocks.0.hook_resid_mid"][:, batch.mask].reshape(-1, model.cfg.d_model).double()
+        ffn_in = cache["blocks.0.hook_resid_mid"].cpu()[:, batch.mask].reshape(-1, model.cfg.d_model).double()
         ones = torch.ones(ffn_in.shape[0], 1, dtype=torch.float64)
-        return torch.cat([ffn_in, ones], 1), out[..., 0][:, batch.mask].reshape(-1, 1).double()
+        return torch.cat([ffn_in, ones], 1), out.cpu()[..., 0][:, batch.mask].reshape(-1, 1).double()
 
     x_fit, y_fit = ffn_io(fit)
     beta = torch.linalg.lstsq(x_fit, y_fit, driver="gelsd").solution
@@ -176,10 +177,10 @@ def check_construction(
             break
         index = torch.arange(n**length).unsqueeze(1)
         words = (index // n ** torch.arange(length - 1, -1, -1)) % n
-        pred = model(words)[..., 0].double()
+        pred = model(words)[..., 0].double().cpu()
         errors.append(float((pred[:, 1:] - q[words[:, :-1], words[:, 1:]]).abs().max()))
     batch = PairGenerator(q, m, seed=seed).batch(strings)
-    pred = model(batch.categories)[..., 0].double()
+    pred = model(batch.categories)[..., 0].double().cpu()
     errors.append(float((pred - batch.targets)[:, batch.mask].abs().max()))
     scale = max(float(q.abs().max()), float(model.cfg.metadata.get("large", 1.0)), 1.0)
     tolerance = 16 * torch.finfo(model.cfg.torch_dtype).eps * scale

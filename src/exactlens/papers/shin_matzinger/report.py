@@ -12,7 +12,7 @@ from exactlens.papers.shin_matzinger import constructions as sm
 from exactlens.papers.shin_matzinger.pairlogic import VERDICT_RULE, analyse, category_qk, check_construction, consensus
 from exactlens.papers.shin_matzinger.task import make_q
 from exactlens.papers.shin_matzinger.training import PairTrainConfig, train_pairs
-from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, register_section, table
+from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, table
 from exactlens.viz.trained_diff import TrainedDiff, trained_diff_section
 
 # The paper's §4 settings (N = 10, M = 50, batch 1000, 50 LBFGS iterations); 3 seeds x 2 systems ~ 100 s.
@@ -70,7 +70,8 @@ def shin_matzinger_sections(ctx: ReportContext) -> list[Section]:
         for system, flavour in (("solution2", "unconstrained"), ("combined", "unconstrained")):
             verdicts = []
             for seed in range(s["seeds"]):
-                run = train_pairs(PairTrainConfig(**options, system=system, flavour=flavour, seed=seed))
+                run = train_pairs(PairTrainConfig(**options, system=system, flavour=flavour, seed=seed),
+                                  device=ctx.device)
                 if system == "solution2" and seed == 0:
                     learned2 = run
                 result = analyse(run.model, run.q_true, batch=s["batch"], seed=seed + 999)
@@ -161,7 +162,3 @@ PAIRS_DIFF = TrainedDiff(
 
 def pairs_diff_sections(ctx: ReportContext) -> list[Section]:
     return [trained_diff_section(ctx, PAIRS_DIFF)] if PAIRS_DIFF.against in ctx.names else []
-
-def register_sections() -> None:
-    register_section("shin-matzinger", shin_matzinger_sections, order=600)
-    register_section("shin-matzinger-diff-pairs", pairs_diff_sections, order=610)

@@ -42,7 +42,6 @@ from exactlens.papers.shin_matzinger.task import Pairs, check_categories, check_
 from exactlens.train import Preset, fit_into
 from exactlens.train.data import check_lengths
 from exactlens.train.loop import new_model, seed_generators
-from exactlens.train.presets import register_preset
 
 SYSTEMS = ("solution1", "solution2", "solution3", "combined")
 FLAVOURS = ("solution1", "solution2", "solution3", "unconstrained")
@@ -208,7 +207,7 @@ def lean_penalty(params: dict[str, torch.Tensor], flavour: str, n: int, m: int, 
     masks = allowed_weights(flavour, n, m, hidden)
     total = 0
     for name, weight in _weights(params).items():
-        total = total + (weight.pow(2) * (~masks[name]).to(weight.dtype)).flatten(-2).sum(-1)
+        total = total + (weight.pow(2) * (~masks[name]).to(weight)).flatten(-2).sum(-1)  # weight's dtype, device
     return total
 
 
@@ -303,14 +302,16 @@ def pair_preset(cfg: PairTrainConfig) -> Preset:
                                defaults={**PAIRS_PRESET.defaults, **options_of(cfg)})
 
 
-def train_pairs(cfg: PairTrainConfig, log=None, out: str | Path | None = None, overwrite: bool = False) -> PairRun:
+def train_pairs(cfg: PairTrainConfig, log=None, out: str | Path | None = None, overwrite: bool = False,
+                device: Any = None) -> PairRun:
     """Train one model (deterministic for a seed) with exactlens's loop; history has one record per
     loss evaluation (LBFGS line-search trials included), with the iteration it belongs to. With
     ``out``, the run is written there as ``exactlens train`` writes one (config, weights, history,
-    run.json), as one new directory (refused if it exists and is not empty, unless ``overwrite``)."""
+    run.json), as one new directory (refused if it exists and is not empty, unless ``overwrite``).
+    ``device``: where the model trains (exactlens.devices; None: the CPU); it stays there."""
     start = time.perf_counter()
     spec = pair_preset(cfg).spec({})
-    run = fit_into(spec, [cfg.seed], out, progress=log, overwrite=overwrite)[0]
+    run = fit_into(spec, [cfg.seed], out, progress=log, overwrite=overwrite, device=device)[0]
     history = [{"evaluation": r["step"], "iteration": r["epoch"], "mse": r["train_mse"]} for r in run.history]
     streams = seed_generators(cfg.seed)  # the loop's streams: the same training and test words
     task = spec.task
@@ -324,7 +325,8 @@ def train_pairs(cfg: PairTrainConfig, log=None, out: str | Path | None = None, o
 def mse(model: ExactTransformer, task: Pairs, words: torch.Tensor) -> float:
     """Mean squared error over the positions with a target."""
     encoded = task.encode(words)
-    return float(task.loss(model.readout(encoded.tokens).double(), task.targets(words), encoded.n_positions).mean())
+    outputs = model.readout(encoded.tokens).double().cpu()
+    return float(task.loss(outputs, task.targets(words), encoded.n_positions).mean())
 
 
 # ---- many runs ------------------------------------------------------------------------------
@@ -445,7 +447,3 @@ def escape_runs(scale: float = 1e-3, seeds: int = 3, **options: Any) -> dict[str
             )
         out[label] = rows
     return out
-
-
-def register_presets() -> None:
-    register_preset(PAIRS_PRESET)

@@ -1,0 +1,206 @@
+"""Circuit discovery on the edge graph, three methods of the literature written for exactlens's hooks:
+
+* ``patching`` — activation patching at node level: each sender's output is replaced, on all its
+  edges at once, by the source activation (another word's, or the mean); the node's score is the
+  divergence of the outputs from the clean ones. Scores nodes; an edge gets its sender's score.
+* ``eap`` — edge attribution patching (Syed et al. 2023): one clean forward and backward pass, and
+  the first-order estimate |(a_source - a_clean) . dM/d(receiver input)| of every edge at once, with
+  M the clean decision's logit difference (linear in the logits, so it does not vanish when the
+  outputs saturate, as exact constructions' do). Scores edges.
+* ``acdc`` — ACDC-style pruning (Conmy et al. 2023): from the full graph, visit receivers from the
+  output backwards and remove each incoming edge whose removal (patching it with its source
+  activation, on top of the edges removed so far) raises the divergence by less than ``threshold``.
+  An edge's score is the rise it caused when visited; the kept edges are the method's circuit.
+
+The divergence compares the readout's evidence (the task kind's standard outputs) with the clean
+run's: KL divergence of the predicted distributions (sigmoid for membership, softmax for classes,
+per symbol position for per-position tasks, averaged over words and positions) or the mean squared
+difference (regression).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from exactlens.analysis.circuit.ablation import Batch
+from exactlens.analysis.circuit.forward import run_graph
+from exactlens.analysis.circuit.graph import Edge, ModelGraph
+from exactlens.errors import ExactLensError
+from exactlens.progress import bar as progress_bar
+from exactlens.tasks import kinds
+from exactlens.tasks import reader as task_reader
+
+METHODS = ("patching", "eap", "acdc")
+DEFAULT_THRESHOLD = {"patching": 1e-3, "eap": 1e-2, "acdc": 1e-3}
+"""Each method's own cut: divergence (patching, acdc) or score relative to the largest (eap)."""
+
+
+def evidence(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    """The reader's outputs in the kind's standard form (differentiable)."""
+    reader = task_reader(model)
+    out = reader.evidence(model.select_readout(logits, n_positions), n_positions)
+    if out is None:
+        raise ExactLensError(
+            f"{model.cfg.model_name}: its decision rule gives no differentiable evidence, so no divergence "
+            "can compare runs; circuit discovery needs one"
+        )
+    return out
+
+
+def _per_position(model, out: torch.Tensor, n_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    task = task_reader(model).task
+    symbol = kinds.symbol_outputs(task, out)
+    return symbol, kinds.valid_targets(task, n_positions, symbol.shape[1])
+
+
+def divergence(model, clean: torch.Tensor, patched: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    """Mean divergence of patched evidence from clean evidence (module docstring)."""
+    kind = task_reader(model).task.kind
+    if kind == "membership":
+        c, p = clean.reshape(len(clean), -1)[:, -1], patched.reshape(len(patched), -1)[:, -1]
+        pc = torch.sigmoid(c)
+        kl = pc * (F.logsigmoid(c) - F.logsigmoid(p)) + (1 - pc) * (F.logsigmoid(-c) - F.logsigmoid(-p))
+        return kl.mean()
+    if kind == "classification":
+        return F.kl_div(F.log_softmax(patched, -1), F.log_softmax(clean, -1), log_target=True,
+                        reduction="none").sum(-1).mean()
+    c, valid = _per_position(model, clean, n_positions)
+    p, _ = _per_position(model, patched, n_positions)
+    if kind == "prediction":
+        each = F.kl_div(F.log_softmax(p, -1), F.log_softmax(c, -1), log_target=True, reduction="none").sum(-1)
+    else:
+        each = (p - c).reshape(p.shape[0], p.shape[1], -1).pow(2).sum(-1)
+    return (each * valid).sum() / valid.sum().clamp(min=1)
+
+
+def logit_difference(model, clean: torch.Tensor, out: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    """Evidence for the clean decisions, linear in the outputs: the signed logit (membership), the
+    decided class's logit minus the mean of the others (classes), or the value (regression)."""
+    kind = task_reader(model).task.kind
+    if kind == "membership":
+        c, o = clean.reshape(len(clean), -1)[:, -1], out.reshape(len(out), -1)[:, -1]
+        return (torch.sign(c) * o).sum()
+    if kind == "classification":
+        return _class_difference(clean, out).sum()
+    c, valid = _per_position(model, clean, n_positions)
+    o, _ = _per_position(model, out, n_positions)
+    each = _class_difference(c, o) if kind == "prediction" else o.reshape(o.shape[0], o.shape[1], -1).sum(-1)
+    return (each * valid).sum()
+
+
+def _class_difference(clean: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    chosen = F.one_hot(clean.argmax(-1), clean.shape[-1]).to(out.dtype)
+    others = max(clean.shape[-1] - 1, 1)
+    return (out * chosen).sum(-1) - (out * (1 - chosen)).sum(-1) / others
+
+
+@dataclass
+class Discovery:
+    """A method's scores on a model: per edge and per node, and the edges it selects at its own threshold."""
+
+    method: str
+    granularity: str
+    edge_scores: dict[Edge, float]
+    node_scores: dict[str, float]
+    selected: set[Edge]
+    threshold: float
+    seconds: float = 0.0
+    details: dict = field(default_factory=dict)
+
+
+def _clean_evidence(model, batch: Batch) -> torch.Tensor:
+    return evidence(model, batch.clean.logits, batch.n_positions)
+
+
+def _patched_divergence(model, graph: ModelGraph, batch: Batch, edges) -> float:
+    with torch.no_grad():
+        run = run_graph(model, graph, batch.tokens, batch.n_positions, patched=edges, source=batch.source)
+        return float(divergence(model, _clean_evidence(model, batch), evidence(model, run.logits, batch.n_positions),
+                                batch.n_positions))
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def activation_patching(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Discovery:
+    senders = graph.senders
+    node_scores = {}
+    for node in progress_bar(senders, desc="patching nodes", unit="node"):
+        out_edges = [e for e in graph.edges if e.sender == node]
+        node_scores[node] = _mean(_patched_divergence(model, graph, b, out_edges) for b in batches)
+    edge_scores = {e: node_scores[e.sender] for e in graph.edges}
+    selected = {e for e in graph.edges if node_scores[e.sender] > threshold}
+    return Discovery("patching", graph.granularity, edge_scores, node_scores, selected, threshold)
+
+
+def edge_attribution(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Discovery:
+    totals = {e: 0.0 for e in graph.edges}
+    non_finite = seen = 0
+    for batch in progress_bar(batches, desc="eap batches", unit="batch"):
+        run = run_graph(model, graph, batch.tokens, batch.n_positions, input_grads=True)
+        clean = _clean_evidence(model, batch).detach()
+        logit_difference(model, clean, evidence(model, run.logits, batch.n_positions), batch.n_positions).backward()
+        for e in graph.edges:
+            grad = run.inputs[e.target].grad
+            if grad is None:  # the receiver's input does not reach the output (e.g. a dead branch)
+                continue
+            seen += grad.numel()
+            non_finite += int((~grad.isfinite()).sum())
+            delta = (batch.source[e.sender] - batch.clean.outputs[e.sender]).expand_as(grad)
+            # nansum: eps = 0 layer norms give NaN (0/0) at positions no output reads
+            totals[e] += abs(float((delta * grad).detach().nansum())) / len(batch.tokens)
+    edge_scores = {e: v / len(batches) for e, v in totals.items()}
+    top = max(edge_scores.values(), default=0.0)
+    selected = {e for e, v in edge_scores.items() if top > 0 and v > threshold * top}
+    # eps = 0 layer norms: 0/0 at positions no output reads gives NaN gradients, which attention then
+    # spreads; their share is reported (Chiang & Cholak's Prop. 2 layer: EAP's ranking fails there)
+    return Discovery("eap", graph.granularity, edge_scores, _node_scores(graph, edge_scores), selected, threshold,
+                     details={"non_finite_gradient_fraction": non_finite / seen if seen else 0.0})
+
+
+def acdc(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Discovery:
+    removed: set[Edge] = set()
+    current = _mean(_patched_divergence(model, graph, b, removed) for b in batches)
+    edge_scores: dict[Edge, float] = {}
+    receivers = [s for s in reversed(graph.steps) if graph.edges_into(s.node)]
+    bar = progress_bar(total=len(graph.edges), desc="acdc edges", unit="edge")
+    for step in receivers:
+        for edge in sorted(graph.edges_into(step.node), reverse=True):
+            trial = _mean(_patched_divergence(model, graph, b, removed | {edge}) for b in batches)
+            edge_scores[edge] = max(trial - current, 0.0)
+            if trial - current < threshold:
+                removed.add(edge)
+                current = trial
+            bar.update(1)
+    bar.close()
+    selected = set(graph.edges) - removed
+    return Discovery("acdc", graph.granularity, edge_scores, _node_scores(graph, edge_scores), selected, threshold,
+                     details={"final_divergence": current})
+
+
+def _node_scores(graph: ModelGraph, edge_scores: dict[Edge, float]) -> dict[str, float]:
+    """A node's score: the largest score of an edge it sends (its relevance to what reads it)."""
+    return {n: max((v for e, v in edge_scores.items() if e.sender == n), default=0.0) for n in graph.senders}
+
+
+_RUN = {"patching": activation_patching, "eap": edge_attribution, "acdc": acdc}
+
+
+def discover(model, graph: ModelGraph, batches: list[Batch], method: str, threshold: float | None = None) -> Discovery:
+    """Run one method (``METHODS``) on these batches; ``threshold`` defaults to the method's own."""
+    import time
+
+    if method not in METHODS:
+        raise ExactLensError(f"discovery method {method!r} is unknown; choose one of {', '.join(METHODS)}")
+    threshold = DEFAULT_THRESHOLD[method] if threshold is None else threshold
+    if not (isinstance(threshold, (int, float)) and threshold >= 0 and threshold == threshold):
+        raise ExactLensError(f"threshold must be a number >= 0, got {threshold!r}")
+    start = time.perf_counter()
+    result = _RUN[method](model, graph, batches, float(threshold))
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,95 @@
+"""The forward pass edge by edge: every receiver reads the sum of its senders' outputs, and any edge
+may be *patched* so that its receiver reads another activation of the sender (from a run on other
+words, or a mean) instead. With nothing patched it is the model's own forward pass (tests check it
+equals ``model(tokens)``), computed with the model's own sublayers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from exactlens.analysis.circuit.graph import Edge, ModelGraph, Step, slots_of
+from exactlens.model.components import visible_keys
+
+
+@dataclass
+class GraphRun:
+    """A run's sender outputs {node: [b, pos, d_model]}, the inputs its receivers read
+    {target: [b, pos, d_model]} (the sum before a pre-LN), and the logits [b, pos, d_vocab_out]."""
+
+    outputs: dict[str, torch.Tensor]
+    inputs: dict[str, torch.Tensor]
+    logits: torch.Tensor
+
+
+def run_graph(
+    model,
+    graph: ModelGraph,
+    tokens: torch.Tensor,
+    n_positions: torch.Tensor | None = None,
+    *,
+    patched: Collection[Edge] = (),
+    source: Mapping[str, torch.Tensor] | None = None,
+    input_grads: bool = False,
+) -> GraphRun:
+    """Run the model edge by edge. Edges in ``patched`` read ``source[sender]`` (same shape as the
+    sender's output, or broadcastable to it: a mean [1, pos, d_model]). ``input_grads``: the
+    receivers' inputs keep their gradients (edge attribution patching reads them)."""
+    patched = set(patched)
+    if patched and source is None:
+        raise ValueError("patched edges need source activations")
+    for edge in patched:
+        graph.check_edge(edge)
+    cfg = model.cfg
+    n_positions, padded = model._check_input(tokens, n_positions)
+    n_pos = tokens.shape[1]
+    allowed = {mask: visible_keys(mask, n_pos, n_positions, padded) for mask in set(cfg.per_layer("attention_mask"))}
+    outputs: dict[str, torch.Tensor] = {}
+    inputs: dict[str, torch.Tensor] = {}
+    bias = torch.zeros(cfg.d_model, dtype=cfg.torch_dtype, device=tokens.device)  # b_O of this stream segment
+    logits = None
+
+    def read(step: Step, slot: str | None) -> torch.Tensor:
+        parts = [source[s] if Edge(s, step.node, slot) in patched else outputs[s] for s in step.reads]
+        x = torch.stack(torch.broadcast_tensors(*parts)).sum(0) + bias
+        if input_grads:
+            x.retain_grad() if x.requires_grad else x.requires_grad_(True)
+        inputs[Edge(step.reads[0], step.node, slot).target] = x
+        return x
+
+    for step in graph.steps:
+        block = model.blocks[step.layer] if step.layer is not None else None
+        if step.kind == "embed":
+            outputs["embed"] = model.embed(tokens)
+        elif step.kind == "pos":
+            outputs["pos"] = model.pos_embed(n_pos, n_positions, padded)
+        elif step.kind == "head":
+            slots = slots_of(step, graph.granularity)
+            xs = [read(step, slot) for slot in slots]
+            if block.norm == "pre":
+                xs = [block.ln1(x) for x in xs]
+            x_q, x_k, x_v = xs if len(xs) == 3 else xs * 3
+            attn = block.attn
+            outputs[step.node] = attn.head_result(step.head, x_q, x_k, x_v, allowed[attn.mask], n_positions)
+            if step.head == cfg.n_heads - 1:
+                bias = bias + attn.b_O
+        elif step.kind == "norm":
+            outputs[step.node] = getattr(block, step.which)(read(step, None))
+            bias = torch.zeros_like(bias)
+        elif step.kind == "mlp":
+            x = read(step, None)
+            outputs[step.node] = block.mlp(block.ln2(x) if block.norm == "pre" else x)
+            if not cfg.mlp_residual:
+                bias = torch.zeros_like(bias)
+        else:  # output
+            x = read(step, None)
+            logits = model.unembed(model.ln_final(x) if cfg.final_ln else x)
+    return GraphRun(outputs, inputs, logits)
+
+
+def mean_outputs(run: GraphRun) -> dict[str, torch.Tensor]:
+    """Each sender's mean output over the batch [1, pos, d_model] (mean ablation's source)."""
+    return {node: out.mean(0, keepdim=True) for node, out in run.outputs.items()}

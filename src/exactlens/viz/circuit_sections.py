@@ -1,0 +1,75 @@
+"""The report's circuit parts: each construction's ground-truth circuit (drawn, with its ablation
+check), and a section scoring the discovery methods against the circuits of the catalogue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exactlens.viz.circuit import circuit_svg
+from exactlens.viz.page import ReportContext, Section, esc, fmt, progress, table
+
+QUICK_DISCOVERY = ("first", "parity", "one")  # the quick report scores these (where present)
+
+
+def _circuit_settings(ctx: ReportContext) -> dict[str, int]:
+    return {"words": 16, "span": 4} if ctx.quick else {"words": 64, "span": 6}
+
+
+def circuit_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> str:
+    """The construction's circuit at qkv granularity, read off its weights and checked by resample
+    ablation on the task's words."""
+    from exactlens.analysis.circuit.evaluate import circuit_report, default_lengths
+    from exactlens.analysis.circuit.graph import model_graph
+    from exactlens.constructions import get
+    from exactlens.tasks import of_model
+
+    settings = _circuit_settings(ctx)
+    model = get(name).make(dtype="float64")
+    lengths = default_lengths(of_model(model))[: settings["span"]]
+    result = circuit_report(model, granularity="qkv", lengths=lengths, words=settings["words"])
+    record["circuit"] = result
+    graph = model_graph(model, "qkv")
+    check = result["check"]
+    rows = [[e["edge"], ", ".join(e["features"]), "yes" if e["constant"] else "no",
+             check["inside_changed"].get(e["edge"], "-")] for e in result["edges"]]
+    return "\n".join([
+        "<h3>Circuit</h3>",
+        f"<p>Read off the weights (<code>exactlens circuit {esc(name)} --granularity qkv</code>): "
+        f"{result['n_circuit_edges']} of {result['n_edges']} edges. Resample ablation on {check['n_words']} words "
+        f"(lengths {esc(', '.join(map(str, result['lengths'])))}): every edge outside the circuit ablated at once "
+        f"changes <b>{check['outside_changed']}</b> decisions; circuit edges whose ablation alone changes none: "
+        f"{esc(', '.join(check['unnecessary']) or 'none')}.</p>",
+        f'<div class="scroll">{circuit_svg(result, [e.name for e in graph.edges])}</div>',
+        table(["edge", "features carried", "constant", "decisions changed when ablated alone"], rows),
+    ])
+
+
+def discovery_sections(ctx: ReportContext) -> list[Section]:
+    from exactlens.analysis.circuit.evaluate import catalogue
+
+    names = [n for n in ctx.names if n in QUICK_DISCOVERY] if ctx.quick else list(ctx.names)
+    if not names:
+        return []
+    progress(f"report: circuit discovery on {len(names)} constructions")
+    settings = {"words": 16, "span": 3} if ctx.quick else {"words": 32, "span": 4}
+    ctx.record_settings(circuit_discovery=settings)
+    try:
+        rows = catalogue(names, **settings)
+    except Exception as err:
+        return [Section("Circuit discovery", "circuit-discovery", ctx.error("circuit discovery", err))]
+    data = ctx.write_json("circuit_discovery.json", {"settings": settings, "rows": rows})
+    body = [[r["construction"], r["granularity"], r["method"], f"{r['n_positive']} / {r['n_edges']}",
+             fmt(r["edge_auroc"], 3), fmt(r["node_auroc"], 3), fmt(r["precision"], 3), fmt(r["recall"], 3),
+             f"{r['seconds']:.2f}"] for r in rows]
+    text = (
+        "<p>Each construction's circuit is read off its weights (see its section) and is the ground truth for "
+        "three discovery methods run on the same edge graph: node-level activation patching, edge attribution "
+        "patching (EAP) and ACDC-style pruning, with resample ablation on the task's words "
+        f"({settings['words']} per length, the shortest {settings['span']} lengths). Positives are the "
+        "circuit's edges whose activation varies (constant ones are left out: no ablation can see them). "
+        f'AUROC over edges and nodes; precision and recall at each method\'s own threshold. Data: '
+        f'<a href="{esc(data)}">{esc(data)}</a>.</p>'
+    )
+    headers = ["construction", "granularity", "method", "circuit / edges", "edge AUROC", "node AUROC", "precision",
+               "recall", "s"]
+    return [Section("Circuit discovery", "circuit-discovery", text + table(headers, body))]

@@ -1,0 +1,94 @@
+"""The circuit read off a compiled RASP program's weights against the program's own graph: every
+dependency of the RASP graph (a query, key or value read of an Aggregate, an MLP's input) is an edge
+of the weight-derived circuit, and every other circuit edge carries only features that are the same
+for every word (tracr's "one" direction and the BOS indicator that its attention always reads)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("tracr")
+
+from exactlens.analysis.circuit.ablation import check_circuit, mark_constant  # noqa: E402
+from exactlens.analysis.circuit.discovery import discover  # noqa: E402
+from exactlens.analysis.circuit.evaluate import word_batches  # noqa: E402
+from exactlens.analysis.circuit.scoring import score_discovery  # noqa: E402
+from exactlens.analysis.circuit.truth import derive_circuit  # noqa: E402
+from exactlens.constructions.registry import build  # noqa: E402
+
+PROGRAMS = ("tracr-frac_prevs", "tracr-hist", "tracr-sort_unique")
+SLOT = {"query": "q", "key": "k", "value": "v", "input": None}
+
+
+def rasp_edges(model) -> set[str]:
+    """Edges (qkv granularity names) of the RASP graph recorded in cfg.metadata["tracr"]: each dependency
+    of a SOp on another (its role says which input of the computing head: query, key, value; an MLP's
+    input), the edges between the blocks of one SOp (a SelectorWidth is a head and then an MLP reading
+    it), and the output SOp's blocks into the output."""
+    meta = model.cfg.metadata["tracr"]
+    by_sop = {s["label"]: s for s in meta["sops"]}
+    block = {c["component"]: c for c in meta["components"]}
+
+    def senders(label: str) -> list[str]:
+        if label in ("tokens", "indices"):
+            return ["embed" if label == "tokens" else "pos"]
+        sop_dims = set(by_sop[label]["residual"])
+        return [c for c in by_sop[label]["components"] if sop_dims & set(block[c]["writes"])]
+
+    edges = set()
+    for dep in meta["edges"]:
+        for receiver in by_sop[dep["to"]]["components"]:
+            is_head = ".H" in receiver
+            if is_head != (dep["role"] != "input"):
+                continue
+            target = f"{receiver}.{SLOT[dep['role']]}" if is_head else receiver
+            edges |= {f"{s}->{target}" for s in senders(dep["from"])}
+    for sop in meta["sops"]:
+        parts = sop["components"]
+        for i, first in enumerate(parts):
+            for second in parts[i + 1:]:
+                if set(block[first]["writes"]) & set(block[second]["reads"]):
+                    edges.add(f"{first}->{second}")
+    edges |= {f"{c}->output" for c in senders(meta["output"]["sop"])}
+    return edges
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_weight_circuit_is_the_rasp_graph(name):
+    model = build(name, dtype="float64")
+    circuit = derive_circuit(model, "qkv")
+    task_max = model.cfg.task["params"].get("max_seq_len", 5)
+    batches = word_batches(model, circuit.graph, list(range(1, task_max + 1)), words=512)
+    circuit = mark_constant(circuit, batches, model)
+    derived = {c.edge.name: c for c in circuit.edges}
+    expected = rasp_edges(model)
+    assert expected <= set(derived), f"RASP dependencies missing from the weights: {expected - set(derived)}"
+    extra = {name_: c for name_, c in derived.items() if name_ not in expected}
+    assert all(c.constant for c in extra.values()), {n: c.features for n, c in extra.items() if not c.constant}
+    assert all(set(c.features) <= {"one", "tokens:compiler_bos"} or c.constant for c in extra.values())
+    check = check_circuit(model, circuit, batches)
+    assert check.outside_changed == 0
+
+
+def test_discovery_on_a_compiled_program():
+    """ACDC recovers frac_prevs' circuit (measured: AUROC 1)."""
+    model = build("tracr-frac_prevs", dtype="float64")
+    circuit = derive_circuit(model, "qkv")
+    batches = word_batches(model, circuit.graph, [2, 3, 4], words=32)
+    circuit = mark_constant(circuit, batches, model)
+    score = score_discovery(discover(model, circuit.graph, batches, "acdc"), circuit)
+    assert score.edge_auroc == 1.0 and score.recall == 1.0
+
+
+def test_default_lengths_stop_at_the_programs_longest(capsys):
+    """verify and precision without lengths check 1..12 / up to 1000 within the construction's range:
+    a compiled program answers up to its max_seq_len (5 here)."""
+    import json
+
+    from exactlens.cli import main
+
+    assert main(["verify", "tracr-hist", "--json"]) == 0
+    assert [r["length"] for r in json.loads(capsys.readouterr().out)["results"]] == [1, 2, 3, 4, 5]
+    assert main(["precision", "tracr-hist", "--json"]) == 0
+    assert max(c["length"] for c in json.loads(capsys.readouterr().out)["checked"]) == 5
+    assert main(["verify", "tracr-hist", "--lengths", "6"]) == 2  # an explicit length beyond it is refused
