@@ -133,6 +133,7 @@ class Registry(dict):
         super().__init__()
         self.what = what
         self._declared: dict[Any, dict[str, Any]] = {}  # facts declared for entries registered as objects
+        self._was_lazy: set[Any] = set()  # entries registered lazily and imported since (check_facts still lists them)
         self._describe = describe
         self._accept = accept
         self._check_info = check_info
@@ -155,6 +156,7 @@ class Registry(dict):
             self._compare(key, value.info, entry)
         if value.info:
             self._declared[key] = dict(value.info)  # kept: info() answers the same before and after the import
+        self._was_lazy.add(key)
         dict.__setitem__(self, key, entry)
         return entry
 
@@ -198,7 +200,7 @@ class Registry(dict):
         """Import every lazy entry and compare every declared fact with ``describe`` of its entry
         (whatever ``check_info`` says); return the names checked."""
         self._load()
-        names = [k for k, v in dict.items(self) if isinstance(v, Lazy) or k in self._declared]
+        names = [k for k, v in dict.items(self) if isinstance(v, Lazy) or k in self._declared or k in self._was_lazy]
         for key in names:
             declared = self._declared_info(key)
             self._compare(key, declared, self._resolve(key, dict.get(self, key)))

@@ -454,8 +454,9 @@ def batches_for_decisions(task):
     """(targets, n_positions) for words of one length (encode) and of mixed lengths (tokenize)."""
     ids = task.sample(mid_length(task), 12, gen(21))
     yield task.targets(ids), task.encode(ids).n_positions
+    low = max(task.min_length, task.first_target + 1)  # every word has a target position (e.g. detect_pattern)
     words = [as_symbols(task, task.sample(n, 1, gen(n))[0].tolist())
-             for n in (long_length(task), task.min_length, mid_length(task), task.min_length + 1)]
+             for n in (long_length(task), low, mid_length(task), min(low + 1, long_length(task)))]
     yield task.targets_of(words), task.tokenize(words).n_positions
 
 
