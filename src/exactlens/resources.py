@@ -12,6 +12,8 @@ or, without it, 80 % of this machine's physical memory.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from exactlens.errors import ExactLensError
 
@@ -81,3 +83,20 @@ def check_work(operations: float, what: str, lower: str) -> None:
     limit = work_limit()
     _refuse_beyond(operations, limit, what, f"{operations:.1e} operations",
                    f"work limit of {limit:.1e} ({WORK_ENV}; hours on a CPU)", lower)
+
+
+@contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """Run with ``count`` torch threads (None: leave the setting alone), restored afterwards, errors
+    included (the report's --threads; the hull's single-threaded products)."""
+    if count is None:
+        yield
+        return
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

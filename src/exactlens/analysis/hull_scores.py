@@ -8,13 +8,13 @@ on a ``hull._Solver`` ``s`` (internal keys ``s.Y``, centred and rescaled; tolera
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import scipy.spatial
 import torch
+
+from exactlens.resources import torch_threads
 
 UNSELECTABLE, SELECTABLE, UNDECIDED = 0, 1, -1  # key states of hull._Solver
 
@@ -23,20 +23,14 @@ THREADS = 1  # CPU threads of the large matrix products (see threads_for_product
 KDTREE_MAX_DIM = 16  # nearest neighbours by a k-d tree up to this dimension, by all-pairs distances above
 
 
-@contextlib.contextmanager
-def threads_for_products() -> Iterator[None]:
+def threads_for_products():
     """Run the large matrix products (``product_t``) on THREADS threads, restoring torch's count after.
 
     Measured on a shared 2-core machine under load: a multi-threaded BLAS (numpy's OpenBLAS or
     torch's) spins on cores other processes hold and runs these products 10-35x slower than one
     thread does; numpy's BLAS threads cannot be set at run time, torch's can.
     """
-    before = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return torch_threads(THREADS)
 
 
 def product_t(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -20,8 +20,7 @@ import re
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from exactlens.jsonio import dumps
 from exactlens.outputs import staged
 from exactlens.plugins import Lazy, Registry, lazy
 from exactlens.progress import bar
+from exactlens.resources import torch_threads
 from exactlens.version import __version__
 
 # ---- sections and the context builders share ----------------------------------------
@@ -243,22 +243,6 @@ def render_page(sections: Sequence[Section], title: str, footer: str) -> str:
         f"<h1>{esc(title)}</h1>\n<nav><ul>{nav}</ul></nav>\n{body}\n"
         f'<footer><p class="data">{footer}</p></footer>\n</body>\n</html>\n'
     )
-
-
-@contextmanager
-def torch_threads(count: int | None) -> Iterator[None]:
-    """Run with ``count`` torch threads (None: leave the setting alone), restored afterwards."""
-    if count is None:
-        yield
-        return
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def build_report(
