@@ -218,19 +218,12 @@ def circuit(target: Any, *, granularity: str = "head", lengths: str | Sequence[i
     """``exactlens circuit``: the ground-truth circuit read off a construction's weights, with its
     constant edges and the ablation check (``.svg`` draws it)."""
     from exactlens.analysis.circuit.evaluate import circuit_report
+    from exactlens.viz.circuit import circuit_svg
 
     data = circuit_report(target, granularity=granularity, lengths=_lengths(lengths), words=words, seed=seed,
                           ablation=ablation, check=check)
-    return Result("circuit", data, svg=_circuit_svg(target, data))
 
-
-def _circuit_svg(target: Any, data: dict[str, Any]) -> str:
-    from exactlens.analysis.circuit.evaluate import _resolve
-    from exactlens.analysis.circuit.graph import model_graph
-    from exactlens.viz.circuit import circuit_svg
-
-    graph = model_graph(_resolve(target)[0], data["granularity"])
-    return circuit_svg(data, [e.name for e in graph.edges])
+    return Result("circuit", data, svg=circuit_svg(data))
 
 
 def discover(target: Any, method: str = "acdc", *, granularity: str = "head", against: str | None = None,

@@ -68,6 +68,11 @@ def assert_perfect(result: dict) -> None:
         assert feat["iia"] == 1.0, feat
         assert feat["iia_changed"] in (None, 1.0), feat
     assert any(f["exact_changed"] > 0.2 for f in features)
+    circuit = result["circuit"]  # the discovered circuit is the one the method finds on the exact model
+    assert circuit["available"] and all(k == v for k, v in circuit["node_map"].items())
+    check = circuit["method_check"]
+    assert (circuit["edges"]["precision"], circuit["edges"]["recall"]) == (check["precision"], check["recall"])
+    assert circuit["edges"]["auroc"] == pytest.approx(check["edge_auroc"])
 
 
 @pytest.mark.parametrize("name", ["first", "parity"])
@@ -83,6 +88,20 @@ def test_rotated_residual_basis_is_invisible(name: str) -> None:
     x = torch.tensor([[2, 1, 0, 1]])
     assert torch.allclose(model(x), build(name, dtype="float64")(x), atol=1e-12)  # the copy is the same function
     assert_perfect(diff(model, name, lengths=LENGTHS, strings=32, parts=NO_DAS))
+
+
+@pytest.mark.parametrize("method", ["patching", "eap", "acdc"])
+def test_circuit_part_of_a_rotated_copy_at_qkv_granularity(method: str) -> None:
+    """Every method, at qkv granularity, finds in a rotated copy of FIRST what it finds in FIRST (the
+    rotation changes no activation a discovery method can see: scores are basis-free)."""
+    model = rotated_copy(build("first", dtype="float64"), seed=5)
+    result = diff(model, "first", lengths=[1, 2, 3, 5], strings=16, parts=("circuit",), circuit_method=method,
+                  circuit_granularity="qkv")
+    circuit, check = result["circuit"], result["circuit"]["method_check"]
+    assert circuit["granularity"] == "qkv" and any(e["edge"].endswith(".q") for e in circuit["trained_edges"])
+    assert (circuit["edges"]["precision"], circuit["edges"]["recall"]) == (check["precision"], check["recall"])
+    assert circuit["edges"]["auroc"] == pytest.approx(check["edge_auroc"])
+    assert result["summary"]["circuit_edge_jaccard"] == circuit["edges"]["jaccard"]
 
 
 def test_random_model_scores_low() -> None:
@@ -118,6 +137,15 @@ def test_flawed_first_against_first_section_5_2() -> None:
     assert abs(pair["ov_cosine"]) < 1e-6  # ... but values from the tokens, not from I[w_1 = 1] (§5.2)
     and_feature = next(f for f in result["probes"]["features"] if f["label"] == "I[w_i=1 & i=1]")
     assert and_feature["best_r2"] < 0.9  # an AND is no linear function of the one-layer model's activations
+    # FIRST's circuit: an FFN computes the AND (embed -> L0.MLP), the second head moves it (L0.MLP -> L1.H0);
+    # the one-layer model has no FFN before its head, so neither edge has a counterpart; the head's write to
+    # the output is found (its head is matched to L1.H0, its MLP follows it to L1.MLP)
+    circuit = result["circuit"]
+    assert circuit["node_map"]["L0.H0"] == "L1.H0" and circuit["node_map"]["L0.MLP"] == "L1.MLP"
+    assert circuit["edges"]["exact_only"] == ["L0.MLP->L1.H0", "embed->L0.MLP"]
+    assert circuit["edges"]["truth_with_counterpart"] == 1 and circuit["edges"]["recall_of_reachable"] == 1.0
+    assert circuit["nodes"]["exact_only"] == ["L0.MLP"]
+    assert circuit["method_check"]["recall"] == 1.0  # EAP does find the whole circuit in FIRST itself
 
 
 def test_bridge_export_against_its_construction() -> None:
@@ -128,6 +156,8 @@ def test_bridge_export_against_its_construction() -> None:
     assert result["trained"]["vocab_check"].startswith("size only")
     assert all(m["distance"] < 1e-9 for m in result["attention"]["matching"])
     assert all(f["best_r2"] > 0.9999 for f in result["probes"]["features"] if not f["constant"])
+    circuit = diff(bridge, "first", lengths=[2, 4], strings=8, parts=("circuit",))["circuit"]
+    assert not circuit["available"] and "TransformerBridge" in circuit["reason"]
 
 
 def test_bad_input() -> None:
@@ -152,6 +182,10 @@ def test_bad_input() -> None:
         diff(learned, "first", lengths=[4, 5])
     with pytest.raises(ExactLensError, match="parts"):
         diff(model, "first", parts=("probes", "vibes"))
+    with pytest.raises(ExactLensError, match="circuit_method 'magic' is unknown; choose one of patching, eap, acdc"):
+        diff(model, "first", circuit_method="magic")
+    with pytest.raises(ExactLensError, match="circuit_granularity 'neuron'"):
+        diff(model, "first", circuit_granularity="neuron")
 
 
 def test_cli_json_html_and_errors(tmp_path, capsys) -> None:
@@ -183,10 +217,12 @@ def test_cli_json_html_and_errors(tmp_path, capsys) -> None:
         "attention",
         "weights",
         "interventions",
+        "circuit",
         "summary",
     } <= set(result)
     text = page.read_text()
     assert "I[w_i=1 &amp; i=1]" in text and "<iframe" in text
+    assert result["circuit"]["available"] and "<h3>Circuit: the trained model" in text and text.count("<svg") >= 2
     assert (tmp_path / "diff_files" / "trained_attention.html").is_file()
     assert main(["diff", str(tmp_path), "--against", "first"]) == 2  # a directory without a checkpoint
     assert "not an exactlens checkpoint" in capsys.readouterr().err

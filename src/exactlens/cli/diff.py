@@ -60,6 +60,15 @@ def format_diff_text(result: dict[str, Any]) -> str:
             where = f"{b['site']} ({b['position']}, {b['dim']})"
             lines.append(f"  {b['origin'] + ':' + b['variable']:26s} {where:38s} {_num(b['iia_changed']):>11s}  "
                          f"{_num(b['random_iia_changed']):>6s}  {_num(b['untrained_iia_changed']):>9s}")
+    c = result.get("circuit")
+    if c is not None and not c["available"]:
+        lines.append(f"  circuit: not compared ({c['reason']})")
+    elif c is not None:
+        e, n = c["edges"], c["nodes"]
+        lines.append(f"  circuit ({c['method']}, {c['granularity']}): edges shared {e['shared']} of exact "
+                     f"{e['truth']} / found {e['found']} (Jaccard {_num(e['jaccard'])}, AUROC {_num(e['auroc'])}); "
+                     f"nodes shared {n['shared']} of {n['truth']} / {n['found']}; the method on the exact model: "
+                     f"edge AUROC {_num(c['method_check']['edge_auroc'])}")
     return "\n".join(lines)
 
 
@@ -85,6 +94,8 @@ def run(args: argparse.Namespace) -> None:
         das_steps=args.das_steps,
         alignment_pairs=args.alignment_pairs,
         untrained_baseline=not args.no_untrained_baseline,
+        circuit_method=args.circuit_method,
+        circuit_granularity=args.circuit_granularity,
         device=args.device,
     )
     emit(result, args.json, format_diff_text(result))  # the result first: a failing page write cannot lose it
@@ -119,6 +130,10 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alignment-pairs", type=int, default=64, help="DAS (base, source) pairs per length (default 64)")
     p.add_argument("--no-untrained-baseline", action="store_true",
                    help="skip the DAS baseline fitted on an untrained model of the same shape")
+    p.add_argument("--circuit-method", default="eap", choices=["patching", "eap", "acdc"],
+                   help="discovery method for the trained model's circuit (default eap: one pass per length)")
+    p.add_argument("--circuit-granularity", default="head", choices=["head", "qkv"],
+                   help="edges between whole heads or into their queries, keys and values (default head)")
     p.add_argument(
         "--html",
         default=None,
@@ -132,5 +147,5 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 register_verb(Verb(
     "diff", "compare a trained model with an exact construction (behaviour, probes, attention, weights, "
-    "interventions, DAS alignment)", arguments, run, description=__doc__.split("\n\n")[0], order=50,
+    "interventions, DAS alignment, circuit overlap)", arguments, run, description=__doc__.split("\n\n")[0], order=50,
 ))

@@ -148,25 +148,26 @@ class FusedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
-        bias = None if mask is None else q.new_zeros(()).masked_fill(~mask, -math.inf)
         out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, False, attn_mask=bias, scale=1.0
+            q, k, v, 0.0, False, attn_mask=_mask_bias(q, mask), scale=1.0
         )
-        return out, logsumexp, bias
+        return out, logsumexp
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        q, k, v, _ = inputs
-        out, logsumexp, bias = output
-        ctx.save_for_backward(q, k, v, out, logsumexp)
-        ctx.bias = bias
+        # Only inputs and outputs, through save_for_backward: a tensor kept as a ctx attribute that is
+        # itself an output of this node (the bias once was) forms a cycle through the C++ graph that no
+        # garbage collector frees, leaking every step's [b, 1, q, k] tensor in training.
+        q, k, v, mask = inputs
+        out, logsumexp = output
+        ctx.save_for_backward(q, k, v, out, logsumexp, mask)
         ctx.mark_non_differentiable(logsumexp)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor, *unused):
-        q, k, v, out, logsumexp = ctx.saved_tensors
+        q, k, v, out, logsumexp, mask = ctx.saved_tensors
         grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            grad.contiguous(), q, k, v, out, logsumexp, 0.0, False, attn_mask=ctx.bias, scale=1.0
+            grad.contiguous(), q, k, v, out, logsumexp, 0.0, False, attn_mask=_mask_bias(q, mask), scale=1.0
         )
         return (*grads, None)
 
@@ -182,12 +183,13 @@ class FusedAttention(torch.autograd.Function):
         if mask is not None:
             mask = mask.movedim(in_dims[3], 0) if in_dims[3] is not None else mask.expand(runs, *mask.shape)
             mask = fold(mask.expand(runs, q.shape[0] // runs, *mask.shape[2:]), 0)
-        out, logsumexp, bias = FusedAttention.apply(q, k, v, mask)
+        out, logsumexp = FusedAttention.apply(q, k, v, mask)
+        return (out.reshape(runs, -1, *out.shape[1:]), logsumexp.reshape(runs, -1, *logsumexp.shape[1:])), (0, 0)
 
-        def unfold(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.reshape(runs, -1, *t.shape[1:])
 
-        return (unfold(out), unfold(logsumexp), unfold(bias)), (0, 0, None if bias is None else 0)
+def _mask_bias(q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The additive bias of a visibility mask: 0 where visible, -inf where not."""
+    return None if mask is None else q.new_zeros(()).masked_fill(~mask, -math.inf)
 
 
 def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

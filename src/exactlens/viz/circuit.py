@@ -34,7 +34,9 @@ def _columns(nodes: list[str]) -> dict[str, tuple[int, int]]:
 
 def circuit_svg(circuit: dict[str, Any], all_edges: list[str] | None = None) -> str:
     """SVG of a circuit as ``circuit_report``/``Circuit.to_dict`` gives it; ``all_edges`` (names of
-    every edge of the graph) are drawn faintly under it."""
+    every edge of the graph; default its ``graph_edges``) are drawn faintly under it. An edge dict may
+    carry its own ``colour`` (a comparison of two circuits colours shared and one-sided edges)."""
+    all_edges = circuit.get("graph_edges", []) if all_edges is None else all_edges
     nodes = circuit["nodes"]
     place = _columns(nodes)
     n_cols = max(c for c, _ in place.values()) + 1
@@ -65,7 +67,8 @@ def circuit_svg(circuit: dict[str, Any], all_edges: list[str] | None = None) -> 
     for name, e in inside.items():
         features = ", ".join(e["features"])
         dash = ' stroke-dasharray="4 3"' if e.get("constant") else ""
-        parts.append(path(name, CONSTANT if e.get("constant") else CIRCUIT, 2.0, dash).replace(
+        colour = e.get("colour") or (CONSTANT if e.get("constant") else CIRCUIT)
+        parts.append(path(name, colour, 2.0, dash).replace(
             f"<title>{escape(name)}</title>", f"<title>{escape(name)}: {escape(features)}</title>"))
     active = set(circuit.get("circuit_nodes", []))
     for node in nodes:
@@ -75,7 +78,7 @@ def circuit_svg(circuit: dict[str, Any], all_edges: list[str] | None = None) -> 
         parts.append(f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="4" fill="{fill}" '
                      f'stroke="#8a94a6"/><text x="{x + BOX_W / 2}" y="{y + BOX_H / 2 + 4}" text-anchor="middle" '
                      f'font-size="11" font-family="monospace">{escape(node)}</text>')
-    parts.append(f'<text x="{MARGIN}" y="{height - 4}" font-size="10" fill="#555">solid: circuit edge; dashed: '
-                 "circuit edge with a constant activation; faint: not in the circuit. Hover an edge for its "
-                 "features.</text></svg>")
+    legend = circuit.get("legend") or ("solid: circuit edge; dashed: circuit edge with a constant activation; "
+                                       "faint: not in the circuit. Hover an edge for its features.")
+    parts.append(f'<text x="{MARGIN}" y="{height - 4}" font-size="10" fill="#555">{escape(legend)}</text></svg>')
     return "".join(parts)

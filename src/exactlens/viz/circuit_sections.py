@@ -19,7 +19,6 @@ def circuit_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> str:
     """The construction's circuit at qkv granularity, read off its weights and checked by resample
     ablation on the task's words."""
     from exactlens.analysis.circuit.evaluate import circuit_report, default_lengths
-    from exactlens.analysis.circuit.graph import model_graph
     from exactlens.constructions import get
     from exactlens.tasks import of_model
 
@@ -28,7 +27,6 @@ def circuit_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> str:
     lengths = default_lengths(of_model(model))[: settings["span"]]
     result = circuit_report(model, granularity="qkv", lengths=lengths, words=settings["words"])
     record["circuit"] = result
-    graph = model_graph(model, "qkv")
     check = result["check"]
     rows = [[e["edge"], ", ".join(e["features"]), "yes" if e["constant"] else "no",
              check["inside_changed"].get(e["edge"], "-")] for e in result["edges"]]
@@ -39,7 +37,7 @@ def circuit_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> str:
         f"(lengths {esc(', '.join(map(str, result['lengths'])))}): every edge outside the circuit ablated at once "
         f"changes <b>{check['outside_changed']}</b> decisions; circuit edges whose ablation alone changes none: "
         f"{esc(', '.join(check['unnecessary']) or 'none')}.</p>",
-        f'<div class="scroll">{circuit_svg(result, [e.name for e in graph.edges])}</div>',
+        f'<div class="scroll">{circuit_svg(result)}</div>',
         table(["edge", "features carried", "constant", "decisions changed when ablated alone"], rows),
     ])
 

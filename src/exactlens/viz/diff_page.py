@@ -100,6 +100,56 @@ def iia_heatmap(rows: list[dict[str, Any]], sites: list[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+SHARED, TRAINED_ONLY, MISSED = "#2e7d32", "#e08a00", "#c62828"
+
+
+def circuit_svgs(c: dict[str, Any]) -> tuple[str, str]:
+    """The trained model's discovered circuit (green: an edge of the exact circuit; orange: not) and
+    the exact circuit (green: found; red: missed; dashed: constant, left out of the scores)."""
+    from exactlens.viz.circuit import circuit_svg
+
+    shared = set(c["edges"]["shared_edges"])
+    found = [e for e in c["trained_edges"] if e["selected"]]
+    trained = {"nodes": c["trained_nodes"], "graph_edges": c["trained_graph_edges"],
+               "circuit_nodes": sorted({e["edge"].split("->")[0] for e in found}),
+               "legend": "green: selected edge of the exact circuit; orange: selected, not in it; dashed: its exact "
+                         "counterpart is constant (not scored); faint: not selected",
+               "edges": [{"edge": e["edge"], "features": [f"score {e['score']:.3g}"], "constant": e["exact_constant"],
+                          "colour": None if e["exact_constant"] else
+                          SHARED if e["exact_edge"] in shared else TRAINED_ONLY} for e in found]}
+    exact = dict(c["exact_circuit"])
+    exact["legend"] = "green: found in the trained model; red: missed; dashed: constant (not scored)"
+    exact["edges"] = [{**e, "colour": None if e["constant"] else (SHARED if e["edge"] in shared else MISSED)}
+                      for e in exact["edges"]]
+    return circuit_svg(trained), circuit_svg(exact)
+
+
+def circuit_html(c: dict[str, Any]) -> str:
+    """The ``circuit`` part: overlap tables and both circuits drawn."""
+    if not c["available"]:
+        return f"<h3>Circuit</h3><p>Not compared: {_e(c['reason'])}.</p>"
+    e, n, check = c["edges"], c["nodes"], c["method_check"]
+    rows = [["edges", e["truth"], e["found"], e["shared"], e["precision"], e["recall"], e["jaccard"], e["auroc"]],
+            ["nodes", n["truth"], n["found"], n["shared"], n["precision"], n["recall"], n["jaccard"], n["auroc"]]]
+    trained_svg, exact_svg = circuit_svgs(c)
+    return "\n".join([
+        "<h3>Circuit: the trained model's, found by discovery, against the exact one</h3>",
+        f"<p>{_e(c['method'])} at {_e(c['granularity'])} granularity (threshold {_n(c['threshold'], 4)}) on "
+        f"{_e(c['words'])} words of lengths {_e(c['lengths'])}; trained nodes are mapped onto the exact ones "
+        "through the head matching above (a layer's MLP and norms follow its heads). The exact circuit is read "
+        f"off the construction's weights; its {_e(e['constant_left_out'])} constant edges are left out. "
+        f"{_e(e['truth_with_counterpart'])} of its {_e(e['truth'])} scored edges have a counterpart in the "
+        f"trained graph (recall over those: {_n(e['recall_of_reachable'])}).</p>",
+        _table(["level", "exact circuit", "found", "shared", "precision", "recall", "Jaccard", "AUROC of scores"],
+               rows),
+        f"<p>The same method on the exact model, against its own circuit: edge AUROC {_n(check['edge_auroc'])}, "
+        f"precision {_n(check['precision'])}, recall {_n(check['recall'])} (a low overlap above means "
+        "something only where this is high).</p>",
+        f'<div class="pair"><div><h4>trained (discovered)</h4><div style="overflow-x:auto">{trained_svg}</div></div>'
+        f'<div><h4>exact (ground truth)</h4><div style="overflow-x:auto">{exact_svg}</div></div></div>',
+    ])
+
+
 def diff_html(result: dict[str, Any], views: tuple[str, str] | None = None) -> str:
     """The diff as an HTML fragment; ``views``: relative links to the trained and exact attention pages."""
     s = result["summary"]
@@ -141,6 +191,8 @@ def diff_html(result: dict[str, Any], views: tuple[str, str] | None = None) -> s
             "dimension; the same search on an untrained model of the same shape):</p>",
             _table(["variable", "site", "positions", "k", "IIA (changed)", "random", "untrained"], best, 3),
         ]
+    if "circuit" in result:
+        parts.append(circuit_html(result["circuit"]))
     if "attention" in result:
         a = result["attention"]
         rows = [

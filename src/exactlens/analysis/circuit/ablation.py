@@ -6,18 +6,34 @@ changes a decision on some word.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from exactlens.analysis.circuit.forward import GraphRun, mean_outputs, run_graph
 from exactlens.analysis.circuit.graph import Edge, ModelGraph
 from exactlens.analysis.circuit.truth import Circuit, CircuitEdge
+from exactlens.devices import device_of
 from exactlens.errors import ExactLensError
 from exactlens.tasks import reader as task_reader
 
 ABLATIONS = ("resample", "mean")
+
+_READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def model_reader(model) -> Any:
+    """The model's task reader, built once per model and task spec (ablation searches such as ACDC
+    decide thousands of times; building the task from its spec each time dominated small models)."""
+    key = (repr(getattr(model.cfg, "task", None)), getattr(model.cfg, "decision_rule", None))
+    hit = _READERS.get(model)
+    if hit is None or hit[0] != key:
+        hit = (key, task_reader(model))
+        _READERS[model] = hit
+    return hit[1]
 
 
 @dataclass
@@ -35,23 +51,25 @@ def make_batch(model, graph: ModelGraph, ids: torch.Tensor, ablation: str = "res
     is the run on the same words in another order (each word reads another word's activations)."""
     if ablation not in ABLATIONS:
         raise ExactLensError(f"ablation {ablation!r} is unknown; choose one of {', '.join(ABLATIONS)}")
-    task = task_reader(model).task
+    task = model_reader(model).task
     encoded = task.encode(ids)
+    where = device_of(model)  # words are drawn on the CPU; the model may sit on a GPU
+    tokens, n_positions = encoded.tokens.to(where), encoded.n_positions.to(where)
     with torch.no_grad():
-        clean = run_graph(model, graph, encoded.tokens, encoded.n_positions)
+        clean = run_graph(model, graph, tokens, n_positions)
     if ablation == "mean":
         source = mean_outputs(clean)
     else:  # a random cyclic derangement: word p[i] reads word p[i+1] (seeded: reproducible)
-        order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))
+        order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed)).to(where)
         other = torch.empty_like(order)
         other[order] = order.roll(-1)
         source = {node: out[other] for node, out in clean.outputs.items()}
-    return Batch(encoded.tokens, encoded.n_positions, clean, source)
+    return Batch(tokens, n_positions, clean, source)
 
 
 def decisions(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
     """The model's decisions from full logits (its task's reader)."""
-    return task_reader(model).decide(model.select_readout(logits, n_positions), n_positions)
+    return model_reader(model).decide(model.select_readout(logits, n_positions), n_positions)
 
 
 def changed_words(model, graph: ModelGraph, batch: Batch, edges: Collection[Edge]) -> torch.Tensor:

@@ -25,13 +25,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from exactlens.analysis.circuit.ablation import Batch
+from exactlens.analysis.circuit.ablation import Batch, model_reader
 from exactlens.analysis.circuit.forward import run_graph
 from exactlens.analysis.circuit.graph import Edge, ModelGraph
 from exactlens.errors import ExactLensError
 from exactlens.progress import bar as progress_bar
 from exactlens.tasks import kinds
-from exactlens.tasks import reader as task_reader
 
 METHODS = ("patching", "eap", "acdc")
 DEFAULT_THRESHOLD = {"patching": 1e-3, "eap": 1e-2, "acdc": 1e-3}
@@ -40,7 +39,7 @@ DEFAULT_THRESHOLD = {"patching": 1e-3, "eap": 1e-2, "acdc": 1e-3}
 
 def evidence(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
     """The reader's outputs in the kind's standard form (differentiable)."""
-    reader = task_reader(model)
+    reader = model_reader(model)
     out = reader.evidence(model.select_readout(logits, n_positions), n_positions)
     if out is None:
         raise ExactLensError(
@@ -51,14 +50,14 @@ def evidence(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Te
 
 
 def _per_position(model, out: torch.Tensor, n_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    task = task_reader(model).task
+    task = model_reader(model).task
     symbol = kinds.symbol_outputs(task, out)
     return symbol, kinds.valid_targets(task, n_positions, symbol.shape[1])
 
 
 def divergence(model, clean: torch.Tensor, patched: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
     """Mean divergence of patched evidence from clean evidence (module docstring)."""
-    kind = task_reader(model).task.kind
+    kind = model_reader(model).task.kind
     if kind == "membership":
         c, p = clean.reshape(len(clean), -1)[:, -1], patched.reshape(len(patched), -1)[:, -1]
         pc = torch.sigmoid(c)
@@ -79,7 +78,7 @@ def divergence(model, clean: torch.Tensor, patched: torch.Tensor, n_positions: t
 def logit_difference(model, clean: torch.Tensor, out: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
     """Evidence for the clean decisions, linear in the outputs: the signed logit (membership), the
     decided class's logit minus the mean of the others (classes), or the value (regression)."""
-    kind = task_reader(model).task.kind
+    kind = model_reader(model).task.kind
     if kind == "membership":
         c, o = clean.reshape(len(clean), -1)[:, -1], out.reshape(len(out), -1)[:, -1]
         return (torch.sign(c) * o).sum()
@@ -142,9 +141,11 @@ def edge_attribution(model, graph: ModelGraph, batches: list[Batch], threshold: 
     totals = {e: 0.0 for e in graph.edges}
     non_finite = seen = 0
     for batch in progress_bar(batches, desc="eap batches", unit="batch"):
-        run = run_graph(model, graph, batch.tokens, batch.n_positions, input_grads=True)
-        clean = _clean_evidence(model, batch).detach()
-        logit_difference(model, clean, evidence(model, run.logits, batch.n_positions), batch.n_positions).backward()
+        with torch.enable_grad():  # callers may run under no_grad (the diff does)
+            run = run_graph(model, graph, batch.tokens, batch.n_positions, input_grads=True)
+            clean = _clean_evidence(model, batch).detach()
+            logit_difference(model, clean, evidence(model, run.logits, batch.n_positions),
+                             batch.n_positions).backward()
         for e in graph.edges:
             grad = run.inputs[e.target].grad
             if grad is None:  # the receiver's input does not reach the output (e.g. a dead branch)

@@ -134,6 +134,7 @@ class Circuit:
             "nodes": self.graph.nodes,
             "circuit_nodes": self.nodes,
             "n_edges": len(self.graph.edges),
+            "graph_edges": [e.name for e in self.graph.edges],
             "n_circuit_edges": len(self.edges),
             "edges": [c.to_dict() for c in self.edges],
         }

@@ -20,6 +20,9 @@ task's kind, depth, width, head count, normalization or attention weighting of e
   model, a learned subspace whose interchange gives the counterfactual answer; interchange-
   intervention accuracy on held-out pairs beside a random subspace and an untrained model
   (:mod:`.alignment`).
+* ``circuit``: the trained model's circuit found by a discovery method (EAP by default) against the
+  exact circuit read off the construction's weights: node and edge overlap after the head matching,
+  AUROC of the trained scores, and the same method on the exact model as a check (:mod:`.circuit`).
 
 The trained side is an :class:`~exactlens.model.ExactTransformer`, a checkpoint directory, a
 construction name (two constructions of one task, e.g. palindrome vs palindrome-hash), or any
@@ -41,9 +44,12 @@ import numpy as np
 import torch
 
 from exactlens import tasks
+from exactlens.analysis.circuit.discovery import METHODS
+from exactlens.analysis.circuit.graph import GRANULARITIES
 from exactlens.analysis.diff.alignment import Settings, alignment_table, untrained_copy
 from exactlens.analysis.diff.attention import attention_diff
 from exactlens.analysis.diff.behaviour import behaviour_table
+from exactlens.analysis.diff.circuit import DEFAULT_METHOD, circuit_part
 from exactlens.analysis.diff.interventions import intervention_table
 from exactlens.analysis.diff.probes import feature_scopes, probe_table
 from exactlens.analysis.diff.runs import (
@@ -62,7 +68,7 @@ from exactlens.devices import device_name, device_of, resolve_device
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import jsonable
 
-PARTS = ("behaviour", "probes", "attention", "weights", "interventions", "alignment")
+PARTS = ("behaviour", "probes", "attention", "weights", "interventions", "alignment", "circuit")
 
 __all__ = ["DEFAULT_LENGTHS", "PARTS", "diff", "resolve_trained"]
 
@@ -94,6 +100,8 @@ def diff(
     das_steps: int = 80,
     alignment_pairs: int = 64,
     untrained_baseline: bool = True,
+    circuit_method: str = DEFAULT_METHOD,
+    circuit_granularity: str = "head",
     device: Any = None,
 ) -> dict[str, Any]:
     """Compare ``trained`` with the construction ``against`` (built with ``params``) on the same words.
@@ -102,7 +110,8 @@ def diff(
     given explicitly, an unusable length is an error). ``strings`` random words per length plus the
     task's hard words (every word when there are at most ``strings``). ``parts`` selects the
     comparisons. ``das_max_dim``, ``das_steps``, ``alignment_pairs`` (per length) and
-    ``untrained_baseline`` set the alignment search. ``device`` (exactlens.devices): where both models
+    ``untrained_baseline`` set the alignment search; ``circuit_method`` (patching, eap, acdc) and
+    ``circuit_granularity`` (head, qkv) the circuit comparison. ``device`` (exactlens.devices): where both models
     run (None: where the trained model is; a model passed in is copied there, not moved); words are
     drawn and every comparison is computed on the CPU. Returns a JSON-ready dict with the fields
     documented in docs/diff.md ("Circuit
@@ -118,6 +127,10 @@ def diff(
                              ("alignment_pairs", alignment_pairs, 5), ("intervention_pairs", intervention_pairs, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ExactLensError(f"{name} must be an integer >= {low}, got {value!r}")
+    for name, value, allowed in (("circuit_method", circuit_method, METHODS),
+                                 ("circuit_granularity", circuit_granularity, GRANULARITIES)):
+        if value not in allowed:
+            raise ExactLensError(f"{name} {value!r} is unknown; choose one of {', '.join(allowed)}")
     if not 0 < test_fraction < 1:
         raise ExactLensError(f"test_fraction must lie in (0, 1), got {test_fraction!r}")
     construction = get(against)
@@ -166,6 +179,8 @@ def diff(
             "das_steps": das_steps,
             "alignment_pairs": alignment_pairs,
             "untrained_baseline": untrained_baseline,
+            "circuit_method": circuit_method,
+            "circuit_granularity": circuit_granularity,
             "parts": list(parts),
             "device": device_name(target),
         },
@@ -192,7 +207,7 @@ def diff(
             result["probes"] = probes
         _progress("diff: probes done", quiet)
     matching = None
-    if {"attention", "weights"} & set(parts):
+    if {"attention", "weights", "circuit"} & set(parts):
         attention = attention_diff(
             [_patterns(r.trained_acts, side.n_layers) for r in runs],
             [_patterns(r.exact_acts, exact.n_layers) for r in runs],
@@ -231,6 +246,14 @@ def diff(
                     "mean_das_iia_changed_task"):
             summary[key] = table[key]
         _progress("diff: alignment done", quiet)
+    if "circuit" in parts:
+        result["circuit"] = circuit_part(model, exact_model, used, strings, seed, matching, circuit_method,
+                                         circuit_granularity)
+        if result["circuit"]["available"]:
+            summary["circuit_edge_auroc"] = result["circuit"]["edges"]["auroc"]
+            summary["circuit_edge_jaccard"] = result["circuit"]["edges"]["jaccard"]
+            summary["circuit_node_jaccard"] = result["circuit"]["nodes"]["jaccard"]
+        _progress("diff: circuit done", quiet)
     result["summary"] = summary
     result["seconds"] = time.perf_counter() - start
     return jsonable(result)

@@ -1,0 +1,156 @@
+"""Circuit part of the diff: the trained model's circuit as a discovery method finds it, compared
+with the exact construction's circuit read off its weights (the ground truth).
+
+Both models run the task's words at the diff's lengths. The trained graph's nodes are mapped onto
+the exact graph's: embeddings and output by name, MLPs and post-LN norms by layer, heads through
+the attention part's optimal one-to-one matching (by (layer, head) when attention was not
+compared). Then, with the exact circuit's constant edges (no ablation can move them) left out:
+
+* ``nodes``: the exact circuit's heads, MLPs and embeddings against the trained nodes that send a
+  selected edge (norms are left out, so that a pre-LN model can be compared with a post-LN circuit);
+  AUROC of the trained node scores.
+* ``edges``: trained edges whose two ends map to an edge of the exact graph, against the exact
+  circuit; recall also over the exact edges that have a counterpart at all (a post-LN circuit's
+  edges through its norms have none in a pre-LN model); AUROC of the trained edge scores.
+* ``method_check``: the same method on the exact model scored against its own circuit, so that a
+  low overlap can be told apart from a method that misses the exact circuit too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from exactlens.analysis.circuit.ablation import mark_constant, model_reader
+from exactlens.analysis.circuit.discovery import METHODS, discover
+from exactlens.analysis.circuit.evaluate import word_batches
+from exactlens.analysis.circuit.graph import GRANULARITIES, Edge, ModelGraph, model_graph
+from exactlens.analysis.circuit.scoring import auroc, score_discovery
+from exactlens.analysis.circuit.truth import derive_circuit
+from exactlens.errors import ExactLensError
+from exactlens.model import ExactTransformer
+
+DEFAULT_METHOD = "eap"  # one forward and backward pass per length: affordable at every diff length
+
+
+def node_map(trained: ModelGraph, exact: ModelGraph, matching: list[dict[str, Any]] | None) -> dict[str, str | None]:
+    """Trained node -> exact node (None: no counterpart). Heads follow the matching; a layer's MLP and
+    norms follow its heads (to the exact layer most of them are matched to; by index without a
+    matching); embeddings and output keep their names."""
+    exact_nodes = set(exact.nodes)
+    heads: dict[str, str] = {}
+    layers: dict[int, int] = {}
+    if matching is not None:
+        heads = {f"L{m['trained_layer']}.H{m['trained_head']}": f"L{m['exact_layer']}.H{m['exact_head']}"
+                 for m in matching}
+        for layer in {m["trained_layer"] for m in matching}:
+            targets = [m["exact_layer"] for m in matching if m["trained_layer"] == layer]
+            layers[layer] = min(set(targets), key=lambda t: (-targets.count(t), t))
+    mapping: dict[str, str | None] = {}
+    for step in trained.steps:
+        if step.kind == "head" and matching is not None:
+            name = heads.get(step.node)
+        elif step.kind in ("mlp", "norm") and matching is not None:
+            part = step.node.split(".", 1)[1]
+            name = f"L{layers[step.layer]}.{part}" if step.layer in layers else None
+        else:
+            name = step.node
+        mapping[step.node] = name if name in exact_nodes else None
+    return mapping
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def _overlap(found: set, truth: set) -> dict[str, Any]:
+    shared = len(found & truth)
+    return {"found": len(found), "truth": len(truth), "shared": shared,
+            "precision": _ratio(shared, len(found)), "recall": _ratio(shared, len(truth)),
+            "jaccard": _ratio(shared, len(found | truth))}
+
+
+def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
+                 matching: list[dict[str, Any]] | None, method: str = DEFAULT_METHOD,
+                 granularity: str = "head") -> dict[str, Any]:
+    """The ``circuit`` part of the diff JSON (module docstring); ``available`` is False, with the
+    reason, when the trained model is not an ExactTransformer (discovery runs edge by edge on its
+    components)."""
+    if method not in METHODS:
+        raise ExactLensError(f"circuit method {method!r} is unknown; choose one of {', '.join(METHODS)}")
+    if granularity not in GRANULARITIES:
+        raise ExactLensError(f"circuit granularity {granularity!r} is unknown; "
+                             f"choose one of {', '.join(GRANULARITIES)}")
+    head = {"method": method, "granularity": granularity}
+    if not isinstance(trained, ExactTransformer):
+        return {**head, "available": False,
+                "reason": f"circuit discovery runs edge by edge on ExactTransformer components; the trained "
+                          f"model is a {type(trained).__name__}"}
+    t_graph, e_graph = model_graph(trained, granularity), model_graph(exact, granularity)
+    try:  # the same words for both models: the task's words per length, drawn with the same seed
+        t_batches = word_batches(trained, t_graph, lengths, words, seed)
+    except ExactLensError as error:  # e.g. no length with two words to resample from
+        return {**head, "available": False, "reason": str(error)}
+    e_batches = word_batches(exact, e_graph, lengths, words, seed)
+    truth = mark_constant(derive_circuit(exact, granularity), e_batches, exact)
+    positive = {c.edge for c in truth.edges if not c.constant}
+    constant = {c.edge for c in truth.edges if c.constant}
+    found = discover(trained, t_graph, t_batches, method)
+    check = score_discovery(discover(exact, e_graph, e_batches, method), truth).to_dict()
+    check.pop("roc")
+
+    mapping = node_map(t_graph, e_graph, matching)
+    exact_edges = set(e_graph.edges)
+
+    def mapped(edge: Edge) -> Edge | None:
+        sender, receiver = mapping[edge.sender], mapping[edge.receiver]
+        if sender is None or receiver is None:
+            return None
+        twin = Edge(sender, receiver, edge.slot)
+        return twin if twin in exact_edges else None
+
+    twins = {e: mapped(e) for e in t_graph.edges}
+
+    def key(edge: Edge) -> Any:  # an edge without a twin is a negative of its own
+        return twins[edge] or ("trained", edge)
+
+    edge_scores = {key(e): v for e, v in found.edge_scores.items() if twins[e] not in constant}
+    selected = {key(e) for e in found.selected if twins[e] not in constant}
+    reachable = {twins[e] for e in t_graph.edges if twins[e] is not None}
+
+    countable = {s.node for s in e_graph.steps if s.kind not in ("norm", "output")}
+    truth_nodes = {e.sender for e in positive} & countable
+    t_countable = {n for n in t_graph.senders if t_graph.step(n).kind != "norm"}
+    node_scores = {(mapping[n] or f"trained:{n}"): found.node_scores.get(n, 0.0) for n in t_countable}
+    found_nodes = {mapping[e.sender] or f"trained:{e.sender}" for e in found.selected} & set(node_scores)
+
+    edges = _overlap(selected, positive)
+    edges.update({
+        "auroc": auroc(edge_scores, positive),
+        "truth_with_counterpart": len(positive & reachable),
+        "recall_of_reachable": _ratio(len(selected & positive & reachable), len(positive & reachable)),
+        "constant_left_out": len(constant),
+        "shared_edges": sorted(e.name for e in selected & positive),
+        "trained_only": sorted(e.name if isinstance(e, Edge) else f"trained:{e[1].name}" for e in selected - positive),
+        "exact_only": sorted(e.name for e in positive - selected),
+    })
+    nodes = _overlap(found_nodes, truth_nodes)
+    nodes.update({"auroc": auroc(node_scores, truth_nodes), "shared_nodes": sorted(found_nodes & truth_nodes),
+                  "trained_only": sorted(found_nodes - truth_nodes), "exact_only": sorted(truth_nodes - found_nodes)})
+    return {
+        **head, "available": True, "threshold": found.threshold, "seconds": round(found.seconds, 3),
+        "lengths": [int(b.tokens.shape[1]) - model_reader(trained).task.n_specials for b in t_batches],
+        "words": sum(len(b.tokens) for b in t_batches),
+        "node_map": mapping,
+        "trained_edges": [{"edge": e.name, "score": float(found.edge_scores.get(e, 0.0)),
+                           "selected": e in found.selected,
+                           "exact_edge": twins[e].name if twins[e] is not None else None,
+                           "exact_constant": twins[e] in constant} for e in t_graph.edges],
+        "trained_nodes": t_graph.nodes,
+        "trained_graph_edges": [e.name for e in t_graph.edges],
+        "exact_circuit": truth.to_dict(),
+        "edges": edges,
+        "nodes": nodes,
+        "method_check": check,
+        "details": found.details,
+    }
