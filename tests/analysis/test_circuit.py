@@ -10,7 +10,7 @@ import torch
 
 from exactlens.analysis.circuit.ablation import check_circuit, make_batch, mark_constant
 from exactlens.analysis.circuit.discovery import discover
-from exactlens.analysis.circuit.evaluate import circuit_report, discover_report, word_batches
+from exactlens.analysis.circuit.evaluate import circuit_report, default_lengths, discover_report, word_batches
 from exactlens.analysis.circuit.forward import run_graph
 from exactlens.analysis.circuit.graph import Edge, model_graph
 from exactlens.analysis.circuit.scoring import auroc, roc_curve, score_discovery
@@ -81,6 +81,24 @@ def test_patching_every_edge_is_the_source_run():
     for node in graph.senders:
         if node not in ("embed", "pos"):
             assert torch.allclose(run.outputs[node], other[node], atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["parity-ln", "dyck-k-D", "tracr-frac_prevs"])
+def test_reusing_clean_outputs_before_the_patched_receivers_changes_nothing(name):
+    """ACDC's shortcut: with every patched edge entering a receiver at step i or later, taking the clean
+    outputs of the first i steps as given gives the same logits, bit for bit, as computing them again
+    (post-LN norms, b_O and FFNs without residual reset or carry the stream's constant the same way)."""
+    if name.startswith("tracr-"):
+        pytest.importorskip("tracr")
+    model = build(name, dtype="float64")
+    graph = model_graph(model, "qkv")
+    batch = word_batches(model, graph, default_lengths(of_model(model))[:3], words=16)[-1]
+    for i, step in enumerate(graph.steps):
+        later = [e for e in graph.edges if graph.nodes.index(e.receiver) >= i][::3]
+        full = run_graph(model, graph, batch.tokens, batch.n_positions, patched=later, source=batch.source)
+        reused = run_graph(model, graph, batch.tokens, batch.n_positions, patched=later, source=batch.source,
+                           reuse={s.node: batch.clean.outputs[s.node] for s in graph.steps[:i]})
+        assert torch.equal(full.logits.nan_to_num(), reused.logits.nan_to_num()), step.node
 
 
 def test_graph_shapes():

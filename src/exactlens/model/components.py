@@ -187,6 +187,15 @@ class FusedAttention(torch.autograd.Function):
         return (out.reshape(runs, -1, *out.shape[1:]), logsumexp.reshape(runs, -1, *logsumexp.shape[1:])), (0, 0)
 
 
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax(q k^T + mask) v through torch's fused kernel: FusedAttention under torch.vmap (stacked
+    runs), else torch's own scaled_dot_product_attention, which dispatches to the same CPU kernel
+    without autograd.Function's per-call argument binding (~0.1 ms a call, measured)."""
+    if any(torch._C._functorch.is_batchedtensor(t) for t in (q, k, v)):
+        return FusedAttention.apply(q, k, v, mask)[0]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=_mask_bias(q, mask), scale=1.0)
+
+
 def _mask_bias(q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor | None:
     """The additive bias of a visibility mask: 0 where visible, -inf where not."""
     return None if mask is None else q.new_zeros(()).masked_fill(~mask, -math.inf)
@@ -282,7 +291,7 @@ class Attention(nn.Module):
         if self._fused(length_scale):
             # The same softmax attention through torch's fused kernel, which keeps no [query, key]
             # tensor for the backward pass (rounding differs in the last bits; see set_fused).
-            z = FusedAttention.apply(q_rows, k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), allowed)[0]
+            z = fused_attention(q_rows, k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), allowed)
             return self._output(self.hook_z(z.permute(0, 2, 1, 3)))
         k_t, v_t = k.permute(0, 2, 3, 1), v.permute(0, 2, 1, 3)  # [b, h, d, k], [b, h, k, d]
         n_queries, n_keys = q_rows.shape[2], x.shape[1]

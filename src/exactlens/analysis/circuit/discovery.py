@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from exactlens.analysis.circuit.ablation import Batch, model_reader
+from exactlens.analysis.circuit.ablation import Batch, model_reader, small_tensor_threads
 from exactlens.analysis.circuit.forward import run_graph
 from exactlens.analysis.circuit.graph import Edge, ModelGraph
 from exactlens.errors import ExactLensError
@@ -114,9 +114,13 @@ def _clean_evidence(model, batch: Batch) -> torch.Tensor:
     return evidence(model, batch.clean.logits, batch.n_positions)
 
 
-def _patched_divergence(model, graph: ModelGraph, batch: Batch, edges) -> float:
+def _patched_divergence(model, graph: ModelGraph, batch: Batch, edges, clean_before: int = 0) -> float:
+    """``clean_before``: no patched edge reaches the first ``clean_before`` steps, whose clean outputs
+    are reused rather than computed again."""
+    reuse = {s.node: batch.clean.outputs[s.node] for s in graph.steps[:clean_before]}
     with torch.no_grad():
-        run = run_graph(model, graph, batch.tokens, batch.n_positions, patched=edges, source=batch.source)
+        run = run_graph(model, graph, batch.tokens, batch.n_positions, patched=edges, source=batch.source,
+                        reuse=reuse)
         return float(divergence(model, _clean_evidence(model, batch), evidence(model, run.logits, batch.n_positions),
                                 batch.n_positions))
 
@@ -168,11 +172,14 @@ def acdc(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Di
     removed: set[Edge] = set()
     current = _mean(_patched_divergence(model, graph, b, removed) for b in batches)
     edge_scores: dict[Edge, float] = {}
+    order = {s.node: i for i, s in enumerate(graph.steps)}
     receivers = [s for s in reversed(graph.steps) if graph.edges_into(s.node)]
     bar = progress_bar(total=len(graph.edges), desc="acdc edges", unit="edge")
     for step in receivers:
+        # every removed edge enters this receiver or a later one: the nodes before it run clean
+        before = order[step.node]
         for edge in sorted(graph.edges_into(step.node), reverse=True):
-            trial = _mean(_patched_divergence(model, graph, b, removed | {edge}) for b in batches)
+            trial = _mean(_patched_divergence(model, graph, b, removed | {edge}, before) for b in batches)
             edge_scores[edge] = max(trial - current, 0.0)
             if trial - current < threshold:
                 removed.add(edge)
@@ -202,6 +209,7 @@ def discover(model, graph: ModelGraph, batches: list[Batch], method: str, thresh
     if not (isinstance(threshold, (int, float)) and threshold >= 0 and threshold == threshold):
         raise ExactLensError(f"threshold must be a number >= 0, got {threshold!r}")
     start = time.perf_counter()
-    result = _RUN[method](model, graph, batches, float(threshold))
+    with small_tensor_threads(model):
+        result = _RUN[method](model, graph, batches, float(threshold))
     result.seconds = time.perf_counter() - start
     return result

@@ -34,10 +34,14 @@ def run_graph(
     patched: Collection[Edge] = (),
     source: Mapping[str, torch.Tensor] | None = None,
     input_grads: bool = False,
+    reuse: Mapping[str, torch.Tensor] | None = None,
 ) -> GraphRun:
     """Run the model edge by edge. Edges in ``patched`` read ``source[sender]`` (same shape as the
     sender's output, or broadcastable to it: a mean [1, pos, d_model]). ``input_grads``: the
-    receivers' inputs keep their gradients (edge attribution patching reads them)."""
+    receivers' inputs keep their gradients (edge attribution patching reads them). ``reuse``: outputs
+    of nodes taken as given instead of computed (the caller vouches that no patch reaches them, e.g.
+    a clean run's outputs of every node before the first patched receiver; their inputs are not
+    recorded)."""
     patched = set(patched)
     if patched and source is None:
         raise ValueError("patched edges need source activations")
@@ -60,9 +64,13 @@ def run_graph(
         inputs[Edge(step.reads[0], step.node, slot).target] = x
         return x
 
+    reuse = reuse or {}
     for step in graph.steps:
         block = model.blocks[step.layer] if step.layer is not None else None
-        if step.kind == "embed":
+        given = reuse.get(step.node)
+        if given is not None:
+            outputs[step.node] = given
+        elif step.kind == "embed":
             outputs["embed"] = model.embed(tokens)
         elif step.kind == "pos":
             outputs["pos"] = model.pos_embed(n_pos, n_positions, padded)
@@ -74,19 +82,20 @@ def run_graph(
             x_q, x_k, x_v = xs if len(xs) == 3 else xs * 3
             attn = block.attn
             outputs[step.node] = attn.head_result(step.head, x_q, x_k, x_v, allowed[attn.mask], n_positions)
-            if step.head == cfg.n_heads - 1:
-                bias = bias + attn.b_O
         elif step.kind == "norm":
             outputs[step.node] = getattr(block, step.which)(read(step, None))
-            bias = torch.zeros_like(bias)
         elif step.kind == "mlp":
             x = read(step, None)
             outputs[step.node] = block.mlp(block.ln2(x) if block.norm == "pre" else x)
-            if not cfg.mlp_residual:
-                bias = torch.zeros_like(bias)
         else:  # output
             x = read(step, None)
             logits = model.unembed(model.ln_final(x) if cfg.final_ln else x)
+        # the stream's constant: b_O once a layer's heads are done; a norm (or an FFN without
+        # residual) starts a new segment
+        if step.kind == "head" and step.head == cfg.n_heads - 1:
+            bias = bias + block.attn.b_O
+        elif step.kind == "norm" or (step.kind == "mlp" and not cfg.mlp_residual):
+            bias = torch.zeros_like(bias)
     return GraphRun(outputs, inputs, logits)
 
 

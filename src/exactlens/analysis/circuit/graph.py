@@ -20,6 +20,7 @@ Attention's output bias b_O is added to the stream as a constant, never an edge.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from exactlens.errors import ExactLensError
 
@@ -91,8 +92,13 @@ class ModelGraph:
     def edges_into(self, node: str) -> list[Edge]:
         return [e for e in self.edges if e.receiver == node]
 
+    @cached_property
+    def edge_set(self) -> frozenset[Edge]:
+        """The edges as a set (built once: ACDC checks every patched edge of every trial forward)."""
+        return frozenset(self.edges)
+
     def check_edge(self, edge: Edge) -> Edge:
-        if edge not in set(self.edges):
+        if edge not in self.edge_set:
             raise ExactLensError(f"{edge.name} is not an edge of this model at {self.granularity} granularity")
         return edge
 

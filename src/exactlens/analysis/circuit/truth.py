@@ -21,6 +21,7 @@ them, only a zero ablation can.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -116,9 +117,9 @@ class Circuit:
     graph: ModelGraph
     edges: list[CircuitEdge]
 
-    @property
-    def edge_set(self) -> set[Edge]:
-        return {c.edge for c in self.edges}
+    @cached_property
+    def edge_set(self) -> frozenset[Edge]:
+        return frozenset(c.edge for c in self.edges)
 
     @property
     def nodes(self) -> list[str]:
