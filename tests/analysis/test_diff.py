@@ -73,6 +73,9 @@ def assert_perfect(result: dict) -> None:
     check = circuit["method_check"]
     assert (circuit["edges"]["precision"], circuit["edges"]["recall"]) == (check["precision"], check["recall"])
     assert circuit["edges"]["auroc"] == pytest.approx(check["edge_auroc"])
+    joined = circuit["edges"]["between_components"]  # no norm: joining norm chains changes nothing
+    assert {k: joined[k] for k in ("found", "truth", "shared")} == {k: circuit["edges"][k] for k in
+                                                                    ("found", "truth", "shared")}
 
 
 @pytest.mark.parametrize("name", ["first", "parity"])
@@ -102,6 +105,21 @@ def test_circuit_part_of_a_rotated_copy_at_qkv_granularity(method: str) -> None:
     assert (circuit["edges"]["precision"], circuit["edges"]["recall"]) == (check["precision"], check["recall"])
     assert circuit["edges"]["auroc"] == pytest.approx(check["edge_auroc"])
     assert result["summary"]["circuit_edge_jaccard"] == circuit["edges"]["jaccard"]
+
+
+@pytest.mark.parametrize(("post_ln", "plain"), [("first-ln", "first"), ("parity-ln", "parity")])
+def test_post_ln_twin_circuit_between_components(post_ln: str, plain: str) -> None:
+    """Chiang & Cholak's layer-norm versions compute the same features through the same components,
+    with a post-LN norm between any two: no raw edge of the plain circuit has a counterpart, every one
+    has a component-level one (sender -> norms -> receiver), and ACDC finds exactly the plain circuit
+    there."""
+    result = diff(build(post_ln, dtype="float64"), plain, lengths=[1, 2, 3, 4, 6, 8], strings=32,
+                  parts=("attention", "circuit"), circuit_method="acdc")
+    edges = result["circuit"]["edges"]
+    assert edges["truth_with_counterpart"] < edges["truth"]
+    joined = edges["between_components"]
+    assert joined["truth_with_counterpart"] == joined["truth"] == edges["truth"]
+    assert joined["jaccard"] == 1.0 and joined["exact_only"] == []
 
 
 def test_random_model_scores_low() -> None:

@@ -66,7 +66,8 @@ def format_diff_text(result: dict[str, Any]) -> str:
     elif c is not None:
         e, n = c["edges"], c["nodes"]
         lines.append(f"  circuit ({c['method']}, {c['granularity']}): edges shared {e['shared']} of exact "
-                     f"{e['truth']} / found {e['found']} (Jaccard {_num(e['jaccard'])}, AUROC {_num(e['auroc'])}); "
+                     f"{e['truth']} / found {e['found']} (Jaccard {_num(e['jaccard'])}, AUROC {_num(e['auroc'])}; "
+                     f"between components Jaccard {_num(e['between_components']['jaccard'])}); "
                      f"nodes shared {n['shared']} of {n['truth']} / {n['found']}; the method on the exact model: "
                      f"edge AUROC {_num(c['method_check']['edge_auroc'])}")
     return "\n".join(lines)

@@ -129,7 +129,10 @@ def circuit_html(c: dict[str, Any]) -> str:
     if not c["available"]:
         return f"<h3>Circuit</h3><p>Not compared: {_e(c['reason'])}.</p>"
     e, n, check = c["edges"], c["nodes"], c["method_check"]
+    j = e["between_components"]
     rows = [["edges", e["truth"], e["found"], e["shared"], e["precision"], e["recall"], e["jaccard"], e["auroc"]],
+            ["edges between components", j["truth"], j["found"], j["shared"], j["precision"], j["recall"],
+             j["jaccard"], j["auroc"]],
             ["nodes", n["truth"], n["found"], n["shared"], n["precision"], n["recall"], n["jaccard"], n["auroc"]]]
     trained_svg, exact_svg = circuit_svgs(c)
     return "\n".join([
@@ -139,7 +142,9 @@ def circuit_html(c: dict[str, Any]) -> str:
         "through the head matching above (a layer's MLP and norms follow its heads). The exact circuit is read "
         f"off the construction's weights; its {_e(e['constant_left_out'])} constant edges are left out. "
         f"{_e(e['truth_with_counterpart'])} of its {_e(e['truth'])} scored edges have a counterpart in the "
-        f"trained graph (recall over those: {_n(e['recall_of_reachable'])}).</p>",
+        f"trained graph (recall over those: {_n(e['recall_of_reachable'])}); between components (each post-LN "
+        "norm chain joined into an edge from the component before it to the one after, on both sides) "
+        f"{_e(e['between_components']['truth_with_counterpart'])} have one.</p>",
         _table(["level", "exact circuit", "found", "shared", "precision", "recall", "Jaccard", "AUROC of scores"],
                rows),
         f"<p>The same method on the exact model, against its own circuit: edge AUROC {_n(check['edge_auroc'])}, "

@@ -12,6 +12,9 @@ compared). Then, with the exact circuit's constant edges (no ablation can move t
 * ``edges``: trained edges whose two ends map to an edge of the exact graph, against the exact
   circuit; recall also over the exact edges that have a counterpart at all (a post-LN circuit's
   edges through its norms have none in a pre-LN model); AUROC of the trained edge scores.
+* ``edges.between_components``: the same with each post-LN norm chain joined into edges between
+  the components it connects (sender -> norms -> receiver is the edge sender -> receiver, scored by
+  its weakest edge), on both sides: comparable when one model is post-LN and the other is not.
 * ``method_check``: the same method on the exact model scored against its own circuit, so that a
   low overlap can be told apart from a method that misses the exact circuit too.
 """
@@ -57,6 +60,61 @@ def node_map(trained: ModelGraph, exact: ModelGraph, matching: list[dict[str, An
             name = step.node
         mapping[step.node] = name if name in exact_nodes else None
     return mapping
+
+
+def between_components(graph: ModelGraph, values: dict[Edge, float]) -> dict[Edge, float]:
+    """Edges between components: an edge into a post-LN norm continues along the norm's edges in
+    ``values`` (a post-LN stream passes through a norm between any two components), so a path
+    sender -> norm(s) -> receiver becomes the edge sender -> receiver; its value is the path's
+    weakest edge's, the best path's where there are several. Without norms: ``values`` itself."""
+    norms = {s.node for s in graph.steps if s.kind == "norm"}
+    out: dict[str, list[Edge]] = {}
+    for e in values:
+        out.setdefault(e.sender, []).append(e)
+
+    def ends(edge: Edge, weakest: float):
+        if edge.receiver not in norms:
+            yield edge.receiver, edge.slot, weakest
+            return
+        for nxt in out.get(edge.receiver, []):
+            yield from ends(nxt, min(weakest, values[nxt]))
+
+    joined: dict[Edge, float] = {}
+    for e, v in values.items():
+        if e.sender in norms:
+            continue
+        for receiver, slot, weakest in ends(e, v):
+            key = Edge(e.sender, receiver, slot)
+            joined[key] = max(joined.get(key, weakest), weakest)
+    return joined
+
+
+def _component_overlap(t_graph: ModelGraph, e_graph: ModelGraph, found, truth, mapping) -> dict[str, Any]:
+    """The edge overlap between components (norm chains joined into edges on both sides): what is
+    comparable when one model is post-LN and the other is not."""
+    t_scores = between_components(t_graph, dict(found.edge_scores))
+    t_selected = set(between_components(t_graph, {e: 1.0 for e in found.selected}))
+    e_all = set(between_components(e_graph, {e: 1.0 for e in e_graph.edges}))
+    flags = between_components(e_graph, {c.edge: 0.0 if c.constant else 1.0 for c in truth.edges})
+    positive = {e for e, v in flags.items() if v == 1.0}
+    constant = {e for e, v in flags.items() if v == 0.0}
+
+    def key(edge: Edge) -> Any:
+        sender, receiver = mapping.get(edge.sender), mapping.get(edge.receiver)
+        twin = Edge(sender, receiver, edge.slot) if sender and receiver else None
+        return twin if twin in e_all else ("trained", edge)
+
+    scores = {key(e): v for e, v in t_scores.items() if key(e) not in constant}
+    selected = {key(e) for e in t_selected} - constant
+    reachable = {key(e) for e in t_scores} & e_all
+    result = _overlap(selected, positive)
+    result.update({
+        "auroc": auroc(scores, positive),
+        "truth_with_counterpart": len(positive & reachable),
+        "shared_edges": sorted(e.name for e in selected & positive),
+        "exact_only": sorted(e.name for e in positive - selected),
+    })
+    return result
 
 
 def _ratio(num: int, den: int) -> float | None:
@@ -134,6 +192,7 @@ def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
         "trained_only": sorted(e.name if isinstance(e, Edge) else f"trained:{e[1].name}" for e in selected - positive),
         "exact_only": sorted(e.name for e in positive - selected),
     })
+    edges["between_components"] = _component_overlap(t_graph, e_graph, found, truth, mapping)
     nodes = _overlap(found_nodes, truth_nodes)
     nodes.update({"auroc": auroc(node_scores, truth_nodes), "shared_nodes": sorted(found_nodes & truth_nodes),
                   "trained_only": sorted(found_nodes - truth_nodes), "exact_only": sorted(truth_nodes - found_nodes)})
