@@ -13,7 +13,7 @@ import torch
 from exactlens.analysis.circuit.ablation import ABLATIONS, Batch, check_circuit, make_batch, mark_constant
 from exactlens.analysis.circuit.discovery import METHODS, discover
 from exactlens.analysis.circuit.graph import GRANULARITIES, ModelGraph, model_graph
-from exactlens.analysis.circuit.scoring import score_discovery
+from exactlens.analysis.circuit.scoring import score_discovery, set_overlap
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
 from exactlens.errors import ExactLensError
 from exactlens.tasks import check_length
@@ -129,13 +129,9 @@ def overlap(selected, circuit: Circuit, graph: ModelGraph) -> dict[str, Any]:
         return {"comparable": False,
                 "reason": "the two models' graphs have different nodes (layers, heads or layer norms differ)",
                 "nodes": graph.nodes, "circuit_nodes": circuit.graph.nodes}
-    truth = {c.edge for c in circuit.edges}
-    both = len(truth & set(selected))
-    union = len(truth | set(selected))
-    return {"comparable": True, "circuit_edges": len(truth), "selected_edges": len(selected), "shared_edges": both,
-            "jaccard": both / union if union else None,
-            "recall": both / len(truth) if truth else None,
-            "precision": both / len(selected) if selected else None}
+    o = set_overlap(set(selected), set(circuit.edge_set))
+    return {"comparable": True, "circuit_edges": o["truth"], "selected_edges": o["found"], "shared_edges": o["shared"],
+            "jaccard": o["jaccard"], "recall": o["recall"], "precision": o["precision"]}
 
 
 def catalogue(names: Sequence[str], *, granularities: Sequence[str] = GRANULARITIES,

@@ -27,6 +27,18 @@ def auroc(scores: Mapping[Hashable, float], positives: set) -> float | None:
     return wins / (len(pos) * len(neg))
 
 
+def set_overlap(found: set, truth: set) -> dict:
+    """Sizes of two edge (or node) sets and of their intersection, with precision, recall and
+    Jaccard (None where a denominator is 0)."""
+    shared = len(found & truth)
+
+    def ratio(den: int) -> float | None:
+        return shared / den if den else None
+
+    return {"found": len(found), "truth": len(truth), "shared": shared, "precision": ratio(len(found)),
+            "recall": ratio(len(truth)), "jaccard": ratio(len(found | truth))}
+
+
 def roc_curve(scores: Mapping[Hashable, float], positives: set) -> list[tuple[float, float]]:
     """(false-positive rate, true-positive rate) at every distinct threshold, from (0, 0) to (1, 1)."""
     n_pos = sum(k in positives for k in scores)

@@ -28,7 +28,7 @@ from exactlens.analysis.circuit.ablation import mark_constant, model_reader
 from exactlens.analysis.circuit.discovery import METHODS, discover
 from exactlens.analysis.circuit.evaluate import word_batches
 from exactlens.analysis.circuit.graph import GRANULARITIES, Edge, ModelGraph, model_graph
-from exactlens.analysis.circuit.scoring import auroc, score_discovery
+from exactlens.analysis.circuit.scoring import auroc, score_discovery, set_overlap
 from exactlens.analysis.circuit.truth import derive_circuit
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
@@ -107,7 +107,7 @@ def _component_overlap(t_graph: ModelGraph, e_graph: ModelGraph, found, truth, m
     scores = {key(e): v for e, v in t_scores.items() if key(e) not in constant}
     selected = {key(e) for e in t_selected} - constant
     reachable = {key(e) for e in t_scores} & e_all
-    result = _overlap(selected, positive)
+    result = set_overlap(selected, positive)
     result.update({
         "auroc": auroc(scores, positive),
         "truth_with_counterpart": len(positive & reachable),
@@ -115,17 +115,6 @@ def _component_overlap(t_graph: ModelGraph, e_graph: ModelGraph, found, truth, m
         "exact_only": sorted(e.name for e in positive - selected),
     })
     return result
-
-
-def _ratio(num: int, den: int) -> float | None:
-    return num / den if den else None
-
-
-def _overlap(found: set, truth: set) -> dict[str, Any]:
-    shared = len(found & truth)
-    return {"found": len(found), "truth": len(truth), "shared": shared,
-            "precision": _ratio(shared, len(found)), "recall": _ratio(shared, len(truth)),
-            "jaccard": _ratio(shared, len(found | truth))}
 
 
 def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
@@ -182,18 +171,18 @@ def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
     node_scores = {(mapping[n] or f"trained:{n}"): found.node_scores.get(n, 0.0) for n in t_countable}
     found_nodes = {mapping[e.sender] or f"trained:{e.sender}" for e in found.selected} & set(node_scores)
 
-    edges = _overlap(selected, positive)
+    edges = set_overlap(selected, positive)
     edges.update({
         "auroc": auroc(edge_scores, positive),
         "truth_with_counterpart": len(positive & reachable),
-        "recall_of_reachable": _ratio(len(selected & positive & reachable), len(positive & reachable)),
+        "recall_of_reachable": set_overlap(selected, positive & reachable)["recall"],
         "constant_left_out": len(constant),
         "shared_edges": sorted(e.name for e in selected & positive),
         "trained_only": sorted(e.name if isinstance(e, Edge) else f"trained:{e[1].name}" for e in selected - positive),
         "exact_only": sorted(e.name for e in positive - selected),
     })
     edges["between_components"] = _component_overlap(t_graph, e_graph, found, truth, mapping)
-    nodes = _overlap(found_nodes, truth_nodes)
+    nodes = set_overlap(found_nodes, truth_nodes)
     nodes.update({"auroc": auroc(node_scores, truth_nodes), "shared_nodes": sorted(found_nodes & truth_nodes),
                   "trained_only": sorted(found_nodes - truth_nodes), "exact_only": sorted(truth_nodes - found_nodes)})
     return {
