@@ -8,7 +8,10 @@ projection), ``--runs`` seeds per variant trained together as one stacked comput
 batch 6000, 17K steps (1000 epochs of 17 steps), 10 runs; the test accuracy and the query angle are
 measured every 17 steps (one of the paper's epochs) on 2000 fresh words.
 
-Prints the cost per step first (``--time-only`` stops there), a progress line at each evaluation,
+The training loss is computed from each word's token counts (exactlens.papers.brody.counted: the
+model has no positions, so this is the same loss; ``--per-position-loss`` trains through the
+model's per-position forward instead). Prints the cost per step first (``--time-only`` stops
+there, after timing the per-position path beside it), a progress line at each evaluation,
 then per variant: final training loss, test accuracy and angle (mean and std over runs) and the
 first step at which the mean test accuracy reaches 0.5 / 0.9. Writes ``majority_<variant>.json``
 after each variant and ``majority.json`` + ``majority.png`` (the curves: mean and min-max band)
@@ -46,17 +49,17 @@ def _fmt(value: object, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def time_one_step(settings: dict, layer_norm: str = "full", steps: int = 2) -> float:
+def time_one_step(settings: dict, layer_norm: str = "full", steps: int = 4) -> float:
     """Seconds per Adam step of ``settings['runs']`` stacked runs at ``settings['batch']`` words
     (sampling, forward, backward, update; no evaluation): a run of 1 + steps steps less a run of 1
-    step, so that set-up and first-call costs cancel."""
+    step, so that set-up costs cancel, after a first run of 1 step that pays the first-call costs."""
     seconds = []
-    for n in (1, 1 + steps):
+    for n in (1, 1, 1 + steps):
         probe = dict(settings, steps=n, eval_every=0, test_strings=10)
         start = time.perf_counter()
         paper_variant(layer_norm, probe)
         seconds.append(time.perf_counter() - start)
-    return max(seconds[1] - seconds[0], 0.0) / steps
+    return max(seconds[2] - seconds[1], 0.0) / steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-strings", type=int, default=None)
     parser.add_argument("--min-margin", type=int, default=None,
                         help="majority count minus the runner-up's (default: the preset's 6, the authors' data)")
+    parser.add_argument("--per-position-loss", action="store_true",
+                        help="train through the model's per-position forward (counted_loss=False), not from token "
+                        "counts (the same loss, ~10x slower at batch 6000)")
     parser.add_argument("--variants", nargs="+", default=["full", "scale_only"])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--time-only", action="store_true", help="measure the cost per step and stop")
@@ -87,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("steps", "runs", "batch", "lr", "lr_schedule", "eval_every", "test_strings", "min_margin"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
+    if args.per_position_loss:
+        settings["counted_loss"] = False
     out = Path(args.out) if args.out else None
     if out is not None:
         for name in ("majority.json", "majority.png", *(f"majority_{v}.json" for v in args.variants)):
@@ -98,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"settings: {settings}; {args.threads} thread(s); load average {os.getloadavg()}", flush=True)
 
     per_step = time_one_step(settings)
+    if args.time_only and settings.get("counted_loss", True):  # the per-position path beside it, same process
+        direct = time_one_step(dict(settings, counted_loss=False))
+        print(f"per-position loss: {direct:.2f} s per step; counted loss: {per_step:.2f} s per step "
+              f"({direct / max(per_step, 1e-9):.1f}x faster, same loss: tests/papers/brody/test_counted_loss.py)",
+              flush=True)
     full = PAPER_SETTINGS["steps"] * len(args.variants) * per_step
     print(f"cost: {per_step:.2f} s per step for {settings['runs']} stacked runs of batch {settings['batch']} "
           f"({per_step / settings['runs']:.3f} s per run-step); this run "

@@ -461,7 +461,8 @@ def _fit_adam(spec, seeds, gens, logs, progress, device):
         epoch_correct = torch.zeros(len(seeds), dtype=torch.float64, device=device)
         for parts in zip(*per_run_parts, strict=True):
             tokens, n_positions, targets = (t.to(device) for t in stack_batches(list(parts)))
-            losses, correct = run_losses(task, runs.readout(tokens, n_positions), targets, n_positions)
+            shortcut = spec.losses(spec, runs.params, tokens, n_positions, targets) if spec.losses else None
+            losses, correct = shortcut or run_losses(task, runs.readout(tokens, n_positions), targets, n_positions)
             total = losses + spec.penalty(runs.params, opts) if spec.penalty is not None else losses
             _check_finite_loss(spec, seeds, losses.detach(), step + 1, epoch)
             state.optimizer.zero_grad(set_to_none=True)

@@ -76,6 +76,12 @@ GENERIC_DEFAULTS: dict[str, Any] = {
 }
 
 Options = dict[str, Any]
+LossShortcut = Callable[..., "tuple[torch.Tensor, torch.Tensor] | None"]
+"""A preset's ``losses(spec, params, tokens, n_positions, targets)``: the per-run mean training loss
+[R] and the number of words decided right [R] for stacked parameters (name -> [R, ...]) and a
+stacked batch, the same values as the loop's default path (the model's readout under the task's
+loss) computed another way, e.g. from token counts; None where it does not apply (the loop then
+takes the default path). Its tests must show the equality."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ class Preset:
     masks: Callable[[ExactTransformer, Options], dict[str, torch.Tensor | bool]] | None = None
     penalty: Callable[[dict[str, torch.Tensor], Options], torch.Tensor] | None = None  # per run [R]
     null_fields: tuple[str, ...] = ()  # history fields always null (kept for readers of older records)
+    losses: LossShortcut | None = None  # the training loss computed another way (exact; see LossShortcut)
     complete: Callable[[Options], None] | None = None  # fills derived defaults before validation
 
     def task_of(self, options: Options) -> tasks.Task:
@@ -136,7 +143,7 @@ class Preset:
         config.metadata.setdefault("paper", self.paper)
         config.task = task.spec()
         return TrainSpec(self.name, self.paper, task, config, opts, self.metrics, self.prepare, self.masks,
-                         self.penalty, self.null_fields)
+                         self.penalty, self.null_fields, self.losses)
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,7 @@ class TrainSpec:
     masks: Callable[[ExactTransformer, Options], dict[str, torch.Tensor | bool]] | None = None
     penalty: Callable[[dict[str, torch.Tensor], Options], torch.Tensor] | None = None
     null_fields: tuple[str, ...] = ()
+    losses: LossShortcut | None = None
 
 
 def construction_names() -> list[str]:

@@ -239,7 +239,7 @@ def paper_variant(layer_norm: str, settings: dict[str, Any], *, seeds: Sequence[
         strings_per_epoch=settings["batch"], batch_size=settings["batch"], lr=settings["lr"],
         lr_schedule=settings["lr_schedule"], eval_every=settings["eval_every"],
         test_strings=settings["test_strings"], progress=progress,
-        **({"min_margin": settings["min_margin"]} if "min_margin" in settings else {}),
+        **{key: settings[key] for key in ("min_margin", "counted_loss") if key in settings},
     )
     wall = time.perf_counter() - start
     history = runs[0].history
@@ -316,8 +316,8 @@ def plot_paper_majority(data: dict[str, Any], path: str | Path) -> Path:
 
 
 def summarize_paper_majority(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per variant: final mean (std) training loss, test accuracy and angle, and the first step
-    where the mean test accuracy reaches 0.5 / 0.9."""
+    """Per variant: final mean (std) training loss, test accuracy and angle, the first step where
+    the mean test accuracy reaches 0.5 / 0.9, and each run's first step at 0.9."""
     rows = []
     for v in data["variants"]:
         acc, ang, loss = v["test_accuracy"], v["query_angle_deg"], v["train_loss_nats"]
@@ -332,6 +332,7 @@ def summarize_paper_majority(data: dict[str, Any]) -> list[dict[str, Any]]:
             "first_angle_deg": ang["mean"][0],
             "mean_steps_to_0.5": first_step_at(v["eval_steps"], acc["mean"], 0.5),
             "mean_steps_to_0.9": first_step_at(v["eval_steps"], acc["mean"], 0.9),
+            "run_steps_to_0.9": [run["steps_to_0.9"] for run in v["per_run"]],  # per run (None: never)
             "s_per_step": v["s_per_step"],
         })
     return rows
