@@ -1,9 +1,10 @@
 """Circuit discovery over the catalogue: activation patching, EAP and ACDC-style pruning on every
 construction, at head and qkv granularity, scored against each construction's ground-truth circuit
-(edge and node AUROC, precision and recall at the method's own threshold, seconds).
+(edge and node AUROC, precision and recall at the method's own threshold, the F1-best cut of its
+scores found with the truth, seconds).
 
 Usage: PYTHONPATH=src python benchmarks/circuit_discovery.py [--quick] [--names N ...] [--words 32]
-       [--span 4] [--out results.json [--overwrite]]
+       [--span 4] [--methods patching eap acdc] [--out results.json [--overwrite]]
        (--quick: three small constructions, 16 words, 3 lengths)
 """
 
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 import torch
 
+from exactlens.analysis.circuit.discovery import METHODS
 from exactlens.analysis.circuit.evaluate import catalogue
+from exactlens.analysis.circuit.scoring import best_cut_text
 from exactlens.constructions.registry import names as construction_names
 from exactlens.jsonio import dumps
 from exactlens.outputs import check_output, write_text
@@ -33,6 +37,7 @@ def main() -> None:
     parser.add_argument("--names", nargs="+", default=None, help="constructions (default: every registered one)")
     parser.add_argument("--words", type=int, default=32, help="words per length (all when fewer; default 32)")
     parser.add_argument("--span", type=int, default=4, help="lengths: the shortest and the next span-1 (default 4)")
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
@@ -45,18 +50,49 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"load average {os.getloadavg()[0]:.2f}; torch threads {args.threads}", flush=True)
     start = time.perf_counter()
-    rows = catalogue(names, words=args.words, span=args.span)
+    rows = catalogue(names, words=args.words, span=args.span, methods=args.methods)
     print("| construction | granularity | method | circuit edges (constant) / all | edge AUROC | node AUROC | "
-          "precision | recall | s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "precision | recall | best cut: F1 (P / R) | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['construction']} | {r['granularity']} | {r['method']} | {r['n_positive']} ({r['n_constant']}) / "
               f"{r['n_edges'] + r['n_constant']} | {_f(r['edge_auroc'])} | {_f(r['node_auroc'])} | "
-              f"{_f(r['precision'])} | {_f(r['recall'])} | {r['seconds']:.1f} |")
-    print(f"total {time.perf_counter() - start:.0f} s")
+              f"{_f(r['precision'])} | {_f(r['recall'])} | {best_cut_text(r['best_cut'])} | {r['seconds']:.1f} |")
+    print(f"total {time.perf_counter() - start:.0f} s\n")
+    print_summary(rows)
     if args.out:
         write_text(args.out, dumps({"rows": rows, "words": args.words, "span": args.span}, indent=1) + "\n",
                    overwrite=args.overwrite)
+
+
+def _exact(precision: float | None, recall: float | None) -> bool:
+    return precision == 1.0 and recall == 1.0
+
+
+def print_summary(rows: list[dict]) -> None:
+    """Per group (hand-built constructions, compiled RASP programs), granularity and method: median
+    (min) edge AUROC, mean precision and recall at the method's cut, exact recoveries at its cut and
+    at the best cut (those at a best cut of 0 apart), and the methods' time."""
+    print("| programs | granularity | method | median edge AUROC (min) | mean precision | mean recall | "
+          "exact recoveries | exact at the best cut (at 0) | time, all |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    keys = dict.fromkeys(("tracr" if r["construction"].startswith("tracr-") else "hand-built", r["granularity"],
+                          r["method"]) for r in rows)
+    for group, granularity, method in keys:
+        rs = [r for r in rows if r["granularity"] == granularity and r["method"] == method
+              and r["construction"].startswith("tracr-") == (group == "tracr")]
+        aurocs = [r["edge_auroc"] for r in rs if r["edge_auroc"] is not None]
+        best = [r["best_cut"] for r in rs if r["best_cut"] and r["best_cut"]["f1"] == 1.0]
+        at_zero = sum(b["numerically_zero"] for b in best)
+
+        def mean(key: str, rs: list[dict] = rs) -> float:
+            return statistics.mean([r[key] for r in rs if r[key] is not None] or [float("nan")])
+
+        median = f"{_f(statistics.median(aurocs))} ({_f(min(aurocs))})" if aurocs else "-"
+        print(f"| {group} | {granularity} | {method} | {median} | "
+              f"{_f(mean('precision'))} | {_f(mean('recall'))} | "
+              f"{sum(_exact(r['precision'], r['recall']) for r in rs)} / {len(rs)} | {len(best)} ({at_zero}) | "
+              f"{sum(r['seconds'] for r in rs):.0f} s |")
 
 
 if __name__ == "__main__":

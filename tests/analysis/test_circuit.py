@@ -13,7 +13,7 @@ from exactlens.analysis.circuit.discovery import discover
 from exactlens.analysis.circuit.evaluate import circuit_report, default_lengths, discover_report, word_batches
 from exactlens.analysis.circuit.forward import run_graph
 from exactlens.analysis.circuit.graph import Edge, model_graph
-from exactlens.analysis.circuit.scoring import auroc, roc_curve, score_discovery
+from exactlens.analysis.circuit.scoring import auroc, best_cut, roc_curve, score_discovery
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
 from exactlens.constructions.registry import build, names
 from exactlens.errors import ExactLensError
@@ -187,7 +187,34 @@ def test_auroc_and_roc_against_brute_force():
         curve = roc_curve(scores, positives)
         assert curve[0] == (0.0, 0.0) and curve[-1] == (1.0, 1.0)
         assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in itertools.pairwise(curve))
+        n_neg = len(keys) - len(positives)
+        brute_curve = [(0.0, 0.0)] + [
+            (sum(scores[k] >= cut for k in keys if k not in positives) / n_neg,
+             sum(scores[k] >= cut for k in positives) / len(positives))
+            for cut in sorted(set(scores.values()), reverse=True)]
+        assert curve[: len(brute_curve)] == brute_curve
+        # the best cut: the highest F1 over every "score >= cut" selection, by brute force
+        f1s = {}
+        for cut in set(scores.values()):
+            chosen = {k for k in keys if scores[k] >= cut}
+            f1s[cut] = 2 * len(chosen & positives) / (len(chosen) + len(positives))
+        best = best_cut(scores, positives)
+        top = max(f1s.values())
+        assert best["f1"] == pytest.approx(top) and best["cut"] == max(c for c, f in f1s.items() if f == top)
+        chosen = {k for k in keys if scores[k] >= best["cut"]}
+        assert best["n_selected"] == len(chosen)
+        assert best["precision"] == len(chosen & positives) / len(chosen)
+        assert best["recall"] == len(chosen & positives) / len(positives)
     assert auroc({1: 0.3}, {1}) is None
+    assert best_cut({1: 0.3, 2: 0.1}, set()) is None
+    assert best_cut({1: 0.3, 2: 0.1, 3: 0.2}, {1, 3}) == {"f1": 1.0, "cut": 0.2, "relative_cut": 0.2 / 0.3,
+                                                        "numerically_zero": False, "precision": 1.0, "recall": 1.0,
+                                                        "n_selected": 2}
+    assert best_cut({1: 1.0, 2: 1e-30, 3: 0.0}, {1, 2})["numerically_zero"]
+    # rounding residue (below 1e-9 of the top score) ties with exact zeros: it must not rank
+    assert auroc({1: 1.0, 2: 1e-30, 3: 0.0}, {1, 2}) == 0.75
+    assert auroc({1: 1.0, 2: 1e-6, 3: 0.0}, {1, 2}) == 1.0
+    assert roc_curve({1: 1.0, 2: 1e-30, 3: 0.0}, {1, 2}) == [(0.0, 0.0), (0.0, 0.5), (1.0, 1.0)]
 
 
 @pytest.mark.parametrize("method", ["eap", "acdc"])

@@ -34,6 +34,11 @@ def format_discover_text(result: dict[str, Any]) -> str:
         lines.append(f"against the ground truth ({s['n_positive']} circuit edges, {s['n_constant']} constant ones "
                      f"left out): edge AUROC {_f(s['edge_auroc'])}, node AUROC {_f(s['node_auroc'])}, precision "
                      f"{_f(s['precision'])}, recall {_f(s['recall'])}")
+        best = s.get("best_cut")
+        if best:
+            lines.append(f"best cut the scores allow (oracle, read from the truth): score >= {best['cut']:.4g} selects "
+                         f"{best['n_selected']}: F1 {best['f1']:.3f}, precision {best['precision']:.3f}, recall "
+                         f"{best['recall']:.3f}")
     if "overlap" in result:
         o = result["overlap"]
         lines.append(f"overlap with the exact circuit: jaccard {_f(o.get('jaccard'))}, precision "

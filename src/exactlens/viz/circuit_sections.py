@@ -44,6 +44,7 @@ def circuit_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> str:
 
 def discovery_sections(ctx: ReportContext) -> list[Section]:
     from exactlens.analysis.circuit.evaluate import catalogue
+    from exactlens.analysis.circuit.scoring import best_cut_text
 
     names = [n for n in ctx.names if n in QUICK_DISCOVERY] if ctx.quick else list(ctx.names)
     if not names:
@@ -58,16 +59,20 @@ def discovery_sections(ctx: ReportContext) -> list[Section]:
     data = ctx.write_json("circuit_discovery.json", {"settings": settings, "rows": rows})
     body = [[r["construction"], r["granularity"], r["method"], f"{r['n_positive']} / {r['n_edges']}",
              fmt(r["edge_auroc"], 3), fmt(r["node_auroc"], 3), fmt(r["precision"], 3), fmt(r["recall"], 3),
-             f"{r['seconds']:.2f}"] for r in rows]
+             best_cut_text(r.get("best_cut")), f"{r['seconds']:.2f}"] for r in rows]
     text = (
         "<p>Each construction's circuit is read off its weights (see its section) and is the ground truth for "
         "three discovery methods run on the same edge graph: node-level activation patching, edge attribution "
         "patching (EAP) and ACDC-style pruning, with resample ablation on the task's words "
         f"({settings['words']} per length, the shortest {settings['span']} lengths). Positives are the "
         "circuit's edges whose activation varies (constant ones are left out: no ablation can see them). "
-        f'AUROC over edges and nodes; precision and recall at each method\'s own threshold. Data: '
+        "AUROC over edges and nodes; precision and recall at each method's own threshold; the best cut is "
+        "the F1-best threshold on the method's scores, found with the truth (where its cut should have sat; "
+        "* where it is 0: the best selection takes edges the method did not score. Scores below 1e-9 of the "
+        "top one count as 0 everywhere here: rounding residue must not rank). "
+        f'Data: '
         f'<a href="{esc(data)}">{esc(data)}</a>.</p>'
     )
     headers = ["construction", "granularity", "method", "circuit / edges", "edge AUROC", "node AUROC", "precision",
-               "recall", "s"]
+               "recall", "best cut: F1 (precision / recall)", "s"]
     return [Section("Circuit discovery", "circuit-discovery", text + table(headers, body))]

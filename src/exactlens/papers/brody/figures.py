@@ -58,17 +58,50 @@ def plot_fig1(data: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
+def _unselectable_bars(panels: list[tuple[str, str | None, list[tuple[str, list, Any]]]], n_layers: int,
+                       paper: dict[str, Any], path: str | Path, panel_width: float) -> Path:
+    """One panel per (title, variant, series): grouped bars of % unselectable keys per layer (each
+    series: label, heights, error bars or None) and, for the variants the paper tabulates, its values
+    (Table 1 w/o scaling, Table 2 before LN) as black ticks."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(panels), figsize=(panel_width * len(panels), 3.6), sharey=True, squeeze=False,
+                             constrained_layout=True)
+    references = {
+        "no_scale": ("paper Table 1 (w/o scaling)", paper["table1"]["no_scale_attention_input"]),
+        "full": ("paper Table 2 (before LN)", paper["table2"]["before_ln"]),
+    }
+    x = np.arange(n_layers)
+    for ax, (title, variant, series) in zip(axes[0], panels, strict=True):
+        width = 0.8 / len(series)
+        for j, (label, heights, err) in enumerate(series):
+            ax.bar(x + (j - (len(series) - 1) / 2) * width, heights, width, yerr=err,
+                   capsize=3 if err is not None else 0, label=label)
+        ref = references.get(variant)
+        if ref is not None and len(ref[1]) == n_layers:
+            ax.plot(x, ref[1], "k_", ms=22, mew=2, label=ref[0])
+        ax.set_xticks(x, [f"L{i + 1}" for i in x])
+        ax.set_title(title, fontsize="small")
+        ax.set_ylim(0, 100)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize="x-small")
+    axes[0][0].set_ylabel("% unselectable keys")
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_tables(result: dict[str, Any], path: str | Path) -> Path:
     """Bars of :func:`exactlens.analysis.brody_lm.brody_tables`: % unselectable keys per layer, per variant.
 
     One panel per trained run: before LN, after LN (the attention input) and each head's keys, next
     to the paper's Table 1 (w/o scaling) / Table 2 (before LN) values for that variant.
     """
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     try:
         runs = list(result["runs"])
         n_layers = int(result["settings"]["n_layers"])
@@ -77,46 +110,21 @@ def plot_tables(result: dict[str, Any], path: str | Path) -> Path:
         raise ExactLensError(f"plot_tables needs the dict returned by brody_tables: {err}") from err
     if not runs:
         raise ExactLensError("plot_tables: the result has no runs")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(
-        1, len(runs), figsize=(4.2 * len(runs), 3.6), sharey=True, squeeze=False, constrained_layout=True
-    )
-    x = np.arange(n_layers)
-    for ax, run in zip(axes[0], runs, strict=True):
+    panels = []
+    for run in runs:
         p = run["percent"]
         series = [("before LN", p["before_ln"])]
         if any(v is not None for v in p["after_ln"]):
             series.append(("after LN (attn input)", p["after_ln"]))
         series += [(f"head {h} keys", [layer[h] for layer in p["per_head"]]) for h in range(len(p["per_head"][0]))]
-        width = 0.8 / len(series)
-        for j, (label, values) in enumerate(series):
-            ax.bar(x + (j - (len(series) - 1) / 2) * width, [v or 0.0 for v in values], width, label=label)
-        ref = {
-            "no_scale": ("paper Table 1 (w/o scaling)", paper["table1"]["no_scale_attention_input"]),
-            "full": ("paper Table 2 (before LN)", paper["table2"]["before_ln"]),
-        }.get(run["variant"])
-        if ref is not None and len(ref[1]) == n_layers:
-            ax.plot(x, ref[1], "k_", ms=22, mew=2, label=ref[0])
-        ax.set_xticks(x, [f"L{i + 1}" for i in x])
-        ax.set_title(f"{run['variant']} (seed {run['seed']})")
-        ax.set_ylim(0, 100)
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize="x-small")
-    axes[0][0].set_ylabel("% unselectable keys")
-    save_figure(fig, path, dpi=110)
-    plt.close(fig)
-    return path
+        panels.append((f"{run['variant']} (seed {run['seed']})", run["variant"],
+                       [(label, [v or 0.0 for v in values], None) for label, values in series]))
+    return _unselectable_bars(panels, n_layers, paper, path, panel_width=4.2)
 
 
 def plot_table_cells(result: dict[str, Any], path: str | Path) -> Path:
     """Tables 1-2 over seeds: per variant, bars of the mean % unselectable (before LN, after LN = the
     attention input) per layer with the min-max over seeds as error bars, and the paper's values."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     try:
         cells = dict(result["cells"])
         n_layers = int(result["settings"]["n_layers"])
@@ -125,31 +133,16 @@ def plot_table_cells(result: dict[str, Any], path: str | Path) -> Path:
         raise ExactLensError(f"plot_table_cells needs brody_tables' result with its 'cells': {err}") from err
     if not cells:
         raise ExactLensError("plot_table_cells: the result has no variants")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, len(cells), figsize=(4.6 * len(cells), 3.6), sharey=True, squeeze=False,
-                             constrained_layout=True)
-    x = np.arange(n_layers)
-    for ax, (variant, entry) in zip(axes[0], cells.items(), strict=True):
+    panels = []
+    for variant, entry in cells.items():
         measures = (("before_ln", "before LN"), ("after_ln", "after LN (attn input)"))
-        series = [(label, entry[key]) for key, label in measures if entry[key][0] is not None]
-        width = 0.8 / len(series)
-        for j, (label, column) in enumerate(series):
+        series = []
+        for key, label in measures:
+            column = entry[key]
+            if column[0] is None:
+                continue
             mean = np.array([c["mean"] for c in column])
             err = np.array([[c["mean"] - c["min"] for c in column], [c["max"] - c["mean"] for c in column]])
-            ax.bar(x + (j - (len(series) - 1) / 2) * width, mean, width, yerr=err, capsize=3, label=label)
-        ref = {
-            "no_scale": ("paper Table 1 (w/o scaling)", paper["table1"]["no_scale_attention_input"]),
-            "full": ("paper Table 2 (before LN)", paper["table2"]["before_ln"]),
-        }.get(variant)
-        if ref is not None and len(ref[1]) == n_layers:
-            ax.plot(x, ref[1], "k_", ms=22, mew=2, label=ref[0])
-        ax.set_xticks(x, [f"L{i + 1}" for i in x])
-        ax.set_title(f"{variant} ({len(entry['seeds'])} seeds; bars: mean, whiskers: min-max)", fontsize="small")
-        ax.set_ylim(0, 100)
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize="x-small")
-    axes[0][0].set_ylabel("% unselectable keys")
-    save_figure(fig, path, dpi=110)
-    plt.close(fig)
-    return path
+            series.append((label, mean, err))
+        panels.append((f"{variant} ({len(entry['seeds'])} seeds; bars: mean, whiskers: min-max)", variant, series))
+    return _unselectable_bars(panels, n_layers, paper, path, panel_width=4.6)

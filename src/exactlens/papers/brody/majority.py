@@ -65,13 +65,19 @@ def _query_angle(model: Any, batch: Any, cache: dict[str, torch.Tensor]) -> dict
     (w * W_K q, with w the pre-LN gain: keys are LN(x) W_K with LN(x) = n(x) * w + b, so the query
     acts on n(x) through w * (W_K q)), and the line through the all-ones vector; summed over words,
     averaged over heads."""
-    q = cache["blocks.0.attn.hook_q"][:, 0]  # [b, h, d_head] at CLS
+    angle = _angle_to_ones(model, cache["blocks.0.attn.hook_q"][:, :1])  # [b, 1, h] at CLS
+    return {"test_query_angle_deg": float(angle[:, 0].mean(1).sum())}
+
+
+def _angle_to_ones(model: Any, q: torch.Tensor) -> torch.Tensor:
+    """Degrees [b, pos, h] between each query q [b, pos, h, d_head] mapped into the normalised residual
+    space (w * (W_K q), see _query_angle) and the line through the all-ones vector."""
     block = model.blocks[0]
-    direction = torch.einsum("bhd,hmd->bhm", q, block.attn.W_K)
+    direction = torch.einsum("bphd,hmd->bphm", q, block.attn.W_K)
     if block.norm == "pre":
         direction = direction * block.ln1.w
     cos = direction.sum(-1).abs() / (direction.norm(dim=-1) * math.sqrt(model.cfg.d_model)).clamp(min=1e-30)
-    return {"test_query_angle_deg": float(torch.rad2deg(torch.arccos(cos.clamp(max=1.0))).mean(1).sum())}
+    return torch.rad2deg(torch.arccos(cos.clamp(max=1.0)))
 
 
 QUERY_ANGLE = Metric(
@@ -171,13 +177,7 @@ def _query_angle_all_positions(model: Any, batch: Any, cache: dict[str, torch.Te
     """Angle between each position's query, mapped into the (normalised) residual space as w * (W_K q)
     (see _query_angle), and the line through the ones vector, averaged over the word's positions and
     heads; summed over words. The authors average |angle| folded to [0, 90] over all positions."""
-    q = cache["blocks.0.attn.hook_q"]  # [b, pos, h, d_head]
-    block = model.blocks[0]
-    direction = torch.einsum("bphd,hmd->bphm", q, block.attn.W_K)
-    if block.norm == "pre":
-        direction = direction * block.ln1.w
-    cos = direction.sum(-1).abs() / (direction.norm(dim=-1) * math.sqrt(model.cfg.d_model)).clamp(min=1e-30)
-    angle = torch.rad2deg(torch.arccos(cos.clamp(max=1.0)))  # [b, pos, h]
+    angle = _angle_to_ones(model, cache["blocks.0.attn.hook_q"])  # [b, pos, h]
     positions = torch.arange(angle.shape[1], device=angle.device)
     keep = (positions[None, :] < batch.n_positions.to(angle.device)[:, None])[:, :, None].to(angle.dtype)
     per_word = (angle * keep).sum(dim=(1, 2)) / (keep.sum(dim=(1, 2)) * angle.shape[2])
