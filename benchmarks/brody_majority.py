@@ -39,6 +39,7 @@ from exactlens.outputs import check_output, write_text
 from exactlens.papers.brody.majority_training import (
     PAPER_SETTINGS,
     QUICK_SETTINGS,
+    merge_runs,
     paper_variant,
     plot_paper_majority,
     summarize_paper_majority,
@@ -78,11 +79,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="train through the model's per-position forward (counted_loss=False), not from token "
                         "counts (the same loss, ~10x slower at batch 6000)")
     parser.add_argument("--variants", nargs="+", default=["full", "scale_only"])
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds first-seed .. first-seed + runs - 1 (to add runs later: --combine merges them)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--time-only", action="store_true", help="measure the cost per step and stop")
     parser.add_argument("--combine", nargs="+", default=None, metavar="VARIANT_JSON",
                         help="train nothing: build majority.json and the figure from majority_<variant>.json files "
-                        "of earlier runs (one variant each, same settings)")
+                        "of earlier runs (same settings; files of one variant over other seeds are merged)")
     parser.add_argument("--source-command", action="append", default=[],
                         help="with --combine: the command that wrote each variant file (recorded as the provenance)")
     parser.add_argument("--out", default=None, help="directory for the JSON results and the figure")
@@ -129,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             if " seed 0 " in line:
                 print(f"  {ln}: {line} ({time.perf_counter() - variant_start:.0f} s)", flush=True)
 
-        variant = paper_variant(ln, settings, progress=progress)
+        seeds = range(args.first_seed, args.first_seed + settings["runs"])
+        variant = paper_variant(ln, settings, seeds=seeds, progress=progress)
         variants.append(variant)
         print(f"{ln}: {len(variant['steps'])} steps x {settings['runs']} runs in {variant['wall_s']:.0f} s "
               f"({variant['s_per_step']:.2f} s per step)", flush=True)
@@ -156,10 +160,14 @@ def combine(args: argparse.Namespace, out: Path | None, command: str) -> int:
     """majority.json from per-variant files of earlier runs of this script (same settings)."""
     if out is None:
         raise SystemExit("--combine needs --out")
-    variants = [json.loads(Path(f).read_text(encoding="utf-8")) for f in args.combine]
-    options = {json.dumps(v["options"], sort_keys=True) for v in variants}
+    loaded = [json.loads(Path(f).read_text(encoding="utf-8")) for f in args.combine]
+    options = {json.dumps(v["options"], sort_keys=True) for v in loaded}
     if len(options) != 1:
         raise SystemExit("--combine: the variant files were trained with different settings")
+    by_variant: dict[str, list[dict]] = {}
+    for part in loaded:  # files of one variant over other seeds are merged into one
+        by_variant.setdefault(part["layer_norm"], []).append(part)
+    variants = [merge_runs(parts) for parts in by_variant.values()]
     first = variants[0]
     settings = {"steps": len(first["steps"]), "batch": first["options"]["batch_size"], "lr": first["options"]["lr"],
                 "lr_schedule": first["options"]["lr_schedule"], "runs": len(first["seeds"]),

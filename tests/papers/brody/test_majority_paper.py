@@ -21,6 +21,7 @@ from exactlens.papers.brody.majority import FROZEN_AT_IDENTITY, PAPER_PARAMETERS
 from exactlens.papers.brody.majority_training import (
     QUICK_SETTINGS,
     first_step_at,
+    merge_runs,
     paper_variant,
     summarize_paper_majority,
 )
@@ -167,6 +168,31 @@ def test_paper_variant_curves_and_bands():
             assert band["min"][i] == min(column) and band["max"][i] == max(column)
     rows = summarize_paper_majority({"variants": [v]})
     assert rows[0]["final_test_accuracy"] == v["test_accuracy"]["mean"][-1] and rows[0]["runs"] == 3
+
+
+def test_runs_of_other_seeds_merge_into_one_variant(tmp_path, capsys):
+    """Seeds 0-1 and 2 trained apart and merged equal seeds 0-2 trained together (up to summation
+    order); the benchmark's --combine merges per-variant files of one variant the same way."""
+    settings = dict(QUICK_SETTINGS, steps=4, eval_every=2, runs=3)
+    together = paper_variant("full", settings)
+    apart = merge_runs([paper_variant("full", settings, seeds=[0, 1]), paper_variant("full", settings, seeds=[2])])
+    assert apart["seeds"] == [0, 1, 2] and len(apart["per_run"]) == 3
+    for key in ("train_loss_nats", "test_accuracy", "test_word_accuracy", "query_angle_deg"):
+        for stat in ("mean", "std", "min", "max"):
+            assert apart[key][stat] == pytest.approx(together[key][stat], abs=1e-5), (key, stat)
+    with pytest.raises(ExactLensError, match="occurs twice"):
+        merge_runs([together, together])
+    with pytest.raises(ExactLensError, match="differ in 'layer_norm'"):
+        merge_runs([together, paper_variant("scale_only", dict(settings, runs=1), seeds=[7])])
+    bench = _benchmark("brody_majority")
+    quick = ["--quick", "--variants", "full", "--runs", "1"]
+    assert bench.main([*quick, "--out", str(tmp_path / "a")]) == 0
+    assert bench.main([*quick, "--first-seed", "1", "--out", str(tmp_path / "b")]) == 0
+    files = [str(tmp_path / d / "majority_full.json") for d in ("a", "b")]
+    assert bench.main(["--combine", *files, "--out", str(tmp_path / "c")]) == 0
+    data = json.loads((tmp_path / "c" / "majority.json").read_text())
+    assert [v["seeds"] for v in data["variants"]] == [[0, 1]] and data["settings"]["runs"] == 2
+    assert "2 runs per variant" in capsys.readouterr().out
 
 
 def test_first_step_at():

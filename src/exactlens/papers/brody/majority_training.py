@@ -36,7 +36,7 @@ from exactlens.train import train
 
 __all__ = [
     "BENCH_OPTIONS", "PAPER_SETTINGS", "QUICK_SETTINGS", "first_step_at", "majority_data", "paper_variant",
-    "plot_majority", "plot_paper_majority", "report_options", "steps_to", "summarize_paper_majority",
+    "merge_runs", "plot_majority", "plot_paper_majority", "report_options", "steps_to", "summarize_paper_majority",
     "trainable_parameters",
 ]
 
@@ -261,15 +261,41 @@ def paper_variant(layer_norm: str, settings: dict[str, Any], *, seeds: Sequence[
         "test_word_accuracy": _band(test_word_acc),
         "query_angle_deg": _band(angle),
         "per_run": [
-            {"seed": s, "train_loss_nats": tl, "test_accuracy": ta, "query_angle_deg": an,
+            {"seed": s, "train_loss_nats": tl, "test_accuracy": ta, "test_word_accuracy": wa, "query_angle_deg": an,
              "steps_to_0.9": first_step_at(eval_steps, ta, 0.9)}
-            for s, tl, ta, an in zip(seeds, train_loss, test_acc, angle, strict=True)
+            for s, tl, ta, wa, an in zip(seeds, train_loss, test_acc, test_word_acc, angle, strict=True)
         ],
         "wall_s": wall,
         "s_per_step": wall / max(len(steps), 1),
         "n_parameters": trainable_parameters(runs[0]),
         "options": {k: v for k, v in runs[0].info["options"].items() if k != "layer_norm"},
     }
+
+
+def merge_runs(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One variant from :func:`paper_variant` results of the same variant and settings over other seeds
+    (e.g. seeds 0-2 and 3-5 trained in two sessions): runs concatenated, bands recomputed over all of
+    them, wall time summed. Each run is deterministic in its seed, so this equals training them together
+    up to summation order."""
+    if not parts:
+        raise ExactLensError("merge_runs needs at least one variant result")
+    first = parts[0]
+    for part in parts[1:]:
+        for key in ("layer_norm", "steps", "eval_steps", "options", "n_parameters"):
+            if part[key] != first[key]:
+                raise ExactLensError(f"merge_runs: the results differ in {key!r}: same variant and settings only")
+    seeds = [s for part in parts for s in part["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise ExactLensError(f"merge_runs: a seed occurs twice ({sorted(seeds)}): each run once")
+    per_run = [run for part in parts for run in part["per_run"]]
+    merged = dict(first, seeds=seeds, per_run=per_run, wall_s=sum(p["wall_s"] for p in parts),
+                  s_per_step=sum(p["wall_s"] for p in parts) / max(len(first["steps"]), 1))
+    for key in ("train_loss_nats", "test_accuracy", "query_angle_deg", "test_word_accuracy"):
+        if all(key in run for run in per_run):
+            merged[key] = _band([run[key] for run in per_run])
+        else:  # files written before per-run word accuracies were kept
+            merged.pop(key, None)
+    return merged
 
 
 LN2_NATS = float(np.log(2.0))  # history losses are in bits; the paper plots nats (cross-entropy)
