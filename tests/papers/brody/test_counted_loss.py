@@ -62,10 +62,13 @@ def spec_names(runs) -> list[str]:
     return [name for name, p in runs.params.items() if p.requires_grad]
 
 
-def test_counted_logits_match_the_model_at_every_position_and_a_second_layer():
-    """Two layers (keys then differ per word: the per-word softmax path) against the model's forward."""
+@pytest.mark.parametrize(("normalization", "ln_final"), [("pre", False), ("pre", True), ("post", None)])
+def test_counted_logits_match_the_model_at_every_position_and_a_second_layer(normalization, ln_final):
+    """Two layers (keys then differ per word: the per-word softmax path), a final LN, post-LN,
+    against the model's forward."""
     spec = get_preset("majority-per-position").spec(dict(dtype="float64"))
-    config = ExactConfig.from_dict({**spec.config.to_dict(), "n_layers": 2})
+    config = ExactConfig.from_dict({**spec.config.to_dict(), "n_layers": 2, "normalization": normalization,
+                                    "ln_final": ln_final})
     model = ExactTransformer(config)
     model.init_weights(generator=torch.Generator().manual_seed(3))
     words = sample_batch(spec.task, 40, (6, 30), torch.Generator().manual_seed(4))
