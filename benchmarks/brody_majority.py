@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         variant_start = time.perf_counter()
 
         def progress(line: str, ln: str = ln, variant_start: float = variant_start) -> None:
-            if " seed 0 " in line:
+            if f" seed {args.first_seed} " in line:
                 print(f"  {ln}: {line} ({time.perf_counter() - variant_start:.0f} s)", flush=True)
 
         seeds = range(args.first_seed, args.first_seed + settings["runs"])
