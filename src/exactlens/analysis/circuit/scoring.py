@@ -78,8 +78,8 @@ NUMERICALLY_ZERO = 1e-9
 
 def resolved(scores: Mapping[Hashable, float]) -> dict:
     """Scores with rounding residue set to 0: a score below NUMERICALLY_ZERO of the largest magnitude
-    ranks by float noise, not by effect (EAP's gradient through tracr's ReLU lookup tables is 1e-13 to
-    1e-37 of the top where the exact gradient is 0), so it ties with the exact zeros."""
+    ranks by float noise, not by effect (EAP's gradient through tracr's saturated attention and step-function
+    MLPs is 1e-13 to 1e-37 of the top where the exact gradient is 0), so it ties with the exact zeros."""
     top = max((abs(v) for v in scores.values()), default=0.0)
     return {k: (0.0 if abs(v) < NUMERICALLY_ZERO * top else v) for k, v in scores.items()}
 
@@ -87,9 +87,9 @@ def resolved(scores: Mapping[Hashable, float]) -> dict:
 def best_cut(scores: Mapping[Hashable, float], positives: set) -> dict | None:
     """The threshold a method's scores would need: of all cuts "select every edge scored >= cut", the
     one with the highest F1 against the truth (the highest cut among equals), with the cut relative
-    to the top score (EAP's own cut is relative: 0.01), whether that is below NUMERICALLY_ZERO, its
-    precision, recall and number selected. An oracle measure (it reads the truth), beside the method's own cut;
-    None without positives."""
+    to the top score (EAP's own cut is relative: 0.01), whether the cut is 0 (after ``resolved``: it
+    takes edges the method left unscored), its precision, recall and number selected. An oracle
+    measure (it reads the truth), beside the method's own cut; None without positives."""
     n_pos = sum(k in positives for k in scores)
     if not n_pos:
         return None
