@@ -430,6 +430,10 @@ register_view("discover", View(
     lambda d: [("method", d["method"]), ("selected edges", f"{len(d['selected'])} of {len(d['edges'])}"),
                *([("edge AUROC", d["score"]["edge_auroc"]), ("node AUROC", d["score"]["node_auroc"]),
                   ("precision", d["score"]["precision"]), ("recall", d["score"]["recall"])] if "score" in d else []),
-               *([("jaccard with the exact circuit", d["overlap"].get("jaccard"))] if "overlap" in d else []),
+               *([("against", d["overlap"]["against"]), ("edge jaccard", d["overlap"]["jaccard"]),
+                  ("jaccard between components", d["overlap"]["edges"]["between_components"]["jaccard"]),
+                  ("node jaccard", d["overlap"]["nodes"]["jaccard"])]
+                 if d.get("overlap", {}).get("comparable") else
+                 [("against", d["overlap"]["reason"])] if "overlap" in d else []),
                ("seconds", d["seconds"])],
     _discover_text, lambda r: _plot_roc(r) if "score" in r else None))

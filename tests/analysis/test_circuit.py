@@ -15,6 +15,7 @@ from exactlens.analysis.circuit.forward import run_graph
 from exactlens.analysis.circuit.graph import Edge, model_graph
 from exactlens.analysis.circuit.scoring import auroc, best_cut, roc_curve, score_discovery
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
+from exactlens.cli.discover import format_discover_text
 from exactlens.constructions.registry import build, names
 from exactlens.errors import ExactLensError
 from exactlens.tasks import of_model
@@ -279,14 +280,34 @@ def test_api_results_show_themselves():
 
 def test_trained_model_against_the_exact_circuit():
     """A model trained in the construction's shape has the same graph: the discovered edges are compared
-    with the exact circuit by overlap."""
+    with the exact circuit by overlap after the (identity) node map."""
     import exactlens as el
 
     trained = el.train("dyck1", epochs=2, strings_per_epoch=32, batch_size=16, eval_every=0, device="cpu").model
     report = discover_report(trained, "eap", against="dyck1", lengths=[2, 3], words=8)
     overlap = report["overlap"]
     assert overlap["comparable"] and overlap["circuit_edges"] > 0
-    assert 0.0 <= overlap["jaccard"] <= 1.0
-    # a model of another shape is not comparable, and says why
-    other = discover_report(trained, "eap", against="parity", lengths=[2, 3], words=8)["overlap"]
-    assert not other["comparable"] and "different nodes" in other["reason"]
+    assert all(k == v for k, v in overlap["node_map"].items())
+    assert 0.0 <= overlap["jaccard"] <= 1.0 and overlap["jaccard"] == overlap["edges"]["jaccard"]
+    # a construction of another task is refused, naming both tasks
+    with pytest.raises(ExactLensError, match="different tasks.*dyck.*k=1.*parity"):
+        discover_report(trained, "eap", against="parity", lengths=[2, 3], words=8)
+
+
+def test_against_a_construction_of_another_shape():
+    """Chiang & Cholak's post-LN FIRST against plain FIRST: the graphs differ (a norm between any two
+    components), no raw edge of the plain circuit has a counterpart, and between components ACDC
+    finds exactly the plain circuit; against itself every edge maps to itself."""
+    report = discover_report("first-ln", "acdc", against="first", lengths=[1, 2, 3, 4, 6, 8], words=32)
+    overlap = report["overlap"]
+    assert overlap["comparable"] and overlap["mapping"] == "layer and head index"
+    joined = overlap["edges"]["between_components"]
+    assert overlap["edges"]["truth_with_counterpart"] < overlap["edges"]["truth"]
+    assert joined["truth_with_counterpart"] == joined["truth"] == overlap["edges"]["truth"]
+    assert joined["jaccard"] == 1.0 and joined["exact_only"] == []
+    own = discover_report("first", "acdc", against="first", lengths=[1, 2, 3], words=16)
+    score = discover_report("first", "acdc", lengths=[1, 2, 3], words=16)["score"]
+    assert (own["overlap"]["precision"], own["overlap"]["recall"]) == (score["precision"], score["recall"])
+    assert own["overlap"]["edges"]["auroc"] == pytest.approx(score["edge_auroc"])
+    text = format_discover_text(report)
+    assert "between components (norm chains joined): jaccard 1.000" in text and "against the circuit of first" in text

@@ -3,8 +3,11 @@
 Runs a discovery method on the edge graph (exactlens.analysis.circuit.discovery): node-level
 activation patching, edge attribution patching, or ACDC-style pruning. A construction is scored
 against its own ground-truth circuit: ROC curve, AUROC over edges and nodes, and precision and
-recall of the edges the method selects at its own threshold. A trained model (a checkpoint) is
-compared with the circuit of --against (a construction of its task) by edge overlap.
+recall of the edges the method selects at its own threshold. Any model (a checkpoint) is compared
+with the circuit of --against (a construction of its task, run on the same words) after mapping its
+nodes onto the construction's by layer and head index: edge and node overlap, AUROC, and the overlap
+between components (post-LN norm chains joined), so depth, heads and layer norms may differ
+(`exactlens diff --parts attention,circuit` matches heads by their attention instead).
 """
 
 from __future__ import annotations
@@ -41,9 +44,20 @@ def format_discover_text(result: dict[str, Any]) -> str:
                          f"{best['recall']:.3f}")
     if "overlap" in result:
         o = result["overlap"]
-        lines.append(f"overlap with the exact circuit: jaccard {_f(o.get('jaccard'))}, precision "
-                     f"{_f(o.get('precision'))}, recall {_f(o.get('recall'))}" if o["comparable"]
-                     else f"not comparable: {o['reason']}")
+        if not o["comparable"]:
+            lines.append(f"not comparable: {o['reason']}")
+        else:
+            e, joined, n = o["edges"], o["edges"]["between_components"], o["nodes"]
+            lines.append(f"against the circuit of {o['against']} (nodes mapped by {o['mapping']}; "
+                         f"{e['constant_left_out']} constant edges left out):")
+            lines.append(f"  edges: jaccard {_f(e['jaccard'])}, precision {_f(e['precision'])}, recall "
+                         f"{_f(e['recall'])}, AUROC {_f(e['auroc'])}; {e['truth_with_counterpart']} of {e['truth']} "
+                         f"circuit edges have a counterpart")
+            lines.append(f"  between components (norm chains joined): jaccard {_f(joined['jaccard'])}, recall "
+                         f"{_f(joined['recall'])}, AUROC {_f(joined['auroc'])}; {joined['truth_with_counterpart']} "
+                         f"of {joined['truth']} have a counterpart")
+            lines.append(f"  nodes: jaccard {_f(n['jaccard'])}, AUROC {_f(n['auroc'])}; missed "
+                         f"{', '.join(n['exact_only']) or 'none'}; extra {', '.join(n['trained_only']) or 'none'}")
     return "\n".join(lines)
 
 

@@ -11,9 +11,10 @@ from typing import Any
 import torch
 
 from exactlens.analysis.circuit.ablation import ABLATIONS, Batch, check_circuit, make_batch, mark_constant
-from exactlens.analysis.circuit.discovery import METHODS, discover
+from exactlens.analysis.circuit.correspond import compare_with_circuit
+from exactlens.analysis.circuit.discovery import METHODS, Discovery, discover
 from exactlens.analysis.circuit.graph import GRANULARITIES, ModelGraph, model_graph
-from exactlens.analysis.circuit.scoring import score_discovery, set_overlap
+from exactlens.analysis.circuit.scoring import score_discovery
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
 from exactlens.errors import ExactLensError
 from exactlens.tasks import check_length
@@ -91,12 +92,19 @@ def discover_report(target: Any, method: str, *, granularity: str = "head", agai
                     words: int = DEFAULT_WORDS, seed: int = 0, ablation: str = "resample") -> dict[str, Any]:
     """Run a discovery method on a target. A construction is scored against its own circuit (ROC,
     AUROC, precision and recall at the method's threshold); any model is compared with the circuit of
-    ``against`` (a construction of the same task) by edge overlap when the two graphs have the same
-    nodes."""
+    ``against`` (a construction of the same task, run on the same words) after mapping its nodes onto
+    the construction's by (layer, head) index (exactlens.analysis.circuit.correspond): the graphs may
+    differ in depth, heads and layer norms."""
     _check_choice("method", method, METHODS)
     _check_choice("granularity", granularity, GRANULARITIES)
     _check_choice("ablation", ablation, ABLATIONS)
     model, info = _resolve(target)
+    truth_model = None
+    if against is not None:
+        truth_model, _ = _resolve(against)
+        _check_same_task(model, truth_model, info, against)
+    elif info["kind"] == "construction":
+        truth_model = model
     graph = model_graph(model, granularity)
     batches = word_batches(model, graph, lengths, words, seed, ablation)
     found = discover(model, graph, batches, method, threshold)
@@ -108,30 +116,43 @@ def discover_report(target: Any, method: str, *, granularity: str = "head", agai
                   for e in graph.edges],
         "selected": sorted(e.name for e in found.selected),
     }
-    truth_model = None
-    if against is not None:
-        truth_model, _ = _resolve(against)
-    elif info["kind"] == "construction":
-        truth_model = model
-    if truth_model is not None:
-        circuit = derive_circuit(truth_model, granularity)
-        if truth_model is model:
-            circuit = mark_constant(circuit, batches, model)
-            result["score"] = score_discovery(found, circuit).to_dict()
-        else:
-            result["overlap"] = overlap(found.selected, circuit, graph)
+    if truth_model is model:
+        circuit = mark_constant(derive_circuit(model, granularity), batches, model)
+        result["score"] = score_discovery(found, circuit).to_dict()
+    elif truth_model is not None:
+        truth_batches = word_batches(truth_model, model_graph(truth_model, granularity), lengths, words, seed, ablation)
+        circuit = mark_constant(derive_circuit(truth_model, granularity), truth_batches, truth_model)
+        result["overlap"] = overlap(found, circuit, graph, against)
     return result
 
 
-def overlap(selected, circuit: Circuit, graph: ModelGraph) -> dict[str, Any]:
-    """Edge overlap of a discovered set with a circuit of another model (same node names needed)."""
-    if circuit.graph.nodes != graph.nodes:
-        return {"comparable": False,
-                "reason": "the two models' graphs have different nodes (layers, heads or layer norms differ)",
-                "nodes": graph.nodes, "circuit_nodes": circuit.graph.nodes}
-    o = set_overlap(set(selected), set(circuit.edge_set))
-    return {"comparable": True, "circuit_edges": o["truth"], "selected_edges": o["found"], "shared_edges": o["shared"],
-            "jaccard": o["jaccard"], "recall": o["recall"], "precision": o["precision"]}
+def _check_same_task(model, truth_model, info: dict[str, Any], against: str) -> None:
+    from exactlens.analysis.diff.runs import task_text
+
+    own, other = task_reader(model).task, task_reader(truth_model).task
+    if own != other:
+        what = info.get("name") or info.get("path") or model.cfg.model_name
+        raise ExactLensError(f"cannot compare {what} with the circuit of {against}: they answer different tasks "
+                             f"({task_text(own)} vs {task_text(other)}); --against takes a construction of the "
+                             f"target's task")
+
+
+def overlap(found: Discovery, circuit: Circuit, graph: ModelGraph, against: str) -> dict[str, Any]:
+    """A discovery on one model against the circuit (constant edges marked) of another model of the
+    same task, nodes mapped by index: the edge counts and ratios at the top, the full comparison of
+    exactlens.analysis.circuit.correspond below them; ``comparable`` is False, with the reason, when
+    no edge of the circuit has a counterpart in the graph, even between components."""
+    detail = compare_with_circuit(graph, found, circuit)
+    detail.pop("trained_edges")  # the target's edges are listed with their scores already
+    edges = detail["edges"]
+    reachable = max(edges["truth_with_counterpart"], edges["between_components"]["truth_with_counterpart"])
+    head = {"comparable": reachable > 0, "against": against,
+            "mapping": "layer and head index"}  # exactlens diff matches heads by attention
+    if not reachable:
+        head["reason"] = (f"no edge of the circuit of {against} has a counterpart in the target's graph "
+                          f"(nodes {graph.nodes} vs {circuit.graph.nodes})")
+    return {**head, "circuit_edges": edges["truth"], "selected_edges": edges["found"], "shared_edges": edges["shared"],
+            "jaccard": edges["jaccard"], "recall": edges["recall"], "precision": edges["precision"], **detail}
 
 
 def catalogue(names: Sequence[str], *, granularities: Sequence[str] = GRANULARITIES,

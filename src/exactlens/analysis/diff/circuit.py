@@ -1,22 +1,11 @@
 """Circuit part of the diff: the trained model's circuit as a discovery method finds it, compared
 with the exact construction's circuit read off its weights (the ground truth).
 
-Both models run the task's words at the diff's lengths. The trained graph's nodes are mapped onto
-the exact graph's: embeddings and output by name, MLPs and post-LN norms by layer, heads through
-the attention part's optimal one-to-one matching (by (layer, head) when attention was not
-compared). Then, with the exact circuit's constant edges (no ablation can move them) left out:
-
-* ``nodes``: the exact circuit's heads, MLPs and embeddings against the trained nodes that send a
-  selected edge (norms are left out, so that a pre-LN model can be compared with a post-LN circuit);
-  AUROC of the trained node scores.
-* ``edges``: trained edges whose two ends map to an edge of the exact graph, against the exact
-  circuit; recall also over the exact edges that have a counterpart at all (a post-LN circuit's
-  edges through its norms have none in a pre-LN model); AUROC of the trained edge scores.
-* ``edges.between_components``: the same with each post-LN norm chain joined into edges between
-  the components it connects (sender -> norms -> receiver is the edge sender -> receiver, scored by
-  its weakest edge), on both sides: comparable when one model is post-LN and the other is not.
-* ``method_check``: the same method on the exact model scored against its own circuit, so that a
-  low overlap can be told apart from a method that misses the exact circuit too.
+Both models run the task's words at the diff's lengths. The comparison after the node map (heads
+through the attention part's optimal one-to-one matching, by (layer, head) when attention was not
+compared) is exactlens.analysis.circuit.correspond's: ``edges`` (with ``between_components``) and
+``nodes``. Added here: ``method_check``, the same method on the exact model scored against its own
+circuit, so that a low overlap can be told apart from a method that misses the exact circuit too.
 """
 
 from __future__ import annotations
@@ -25,96 +14,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from exactlens.analysis.circuit.ablation import mark_constant, model_reader
+from exactlens.analysis.circuit.correspond import compare_with_circuit
 from exactlens.analysis.circuit.discovery import METHODS, discover
 from exactlens.analysis.circuit.evaluate import word_batches
-from exactlens.analysis.circuit.graph import GRANULARITIES, Edge, ModelGraph, model_graph
-from exactlens.analysis.circuit.scoring import auroc, score_discovery, set_overlap
+from exactlens.analysis.circuit.graph import GRANULARITIES, model_graph
+from exactlens.analysis.circuit.scoring import score_discovery
 from exactlens.analysis.circuit.truth import derive_circuit
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 
 DEFAULT_METHOD = "eap"  # one forward and backward pass per length: affordable at every diff length
-
-
-def node_map(trained: ModelGraph, exact: ModelGraph, matching: list[dict[str, Any]] | None) -> dict[str, str | None]:
-    """Trained node -> exact node (None: no counterpart). Heads follow the matching; a layer's MLP and
-    norms follow its heads (to the exact layer most of them are matched to; by index without a
-    matching); embeddings and output keep their names."""
-    exact_nodes = set(exact.nodes)
-    heads: dict[str, str] = {}
-    layers: dict[int, int] = {}
-    if matching is not None:
-        heads = {f"L{m['trained_layer']}.H{m['trained_head']}": f"L{m['exact_layer']}.H{m['exact_head']}"
-                 for m in matching}
-        for layer in {m["trained_layer"] for m in matching}:
-            targets = [m["exact_layer"] for m in matching if m["trained_layer"] == layer]
-            layers[layer] = min(set(targets), key=lambda t: (-targets.count(t), t))
-    mapping: dict[str, str | None] = {}
-    for step in trained.steps:
-        if step.kind == "head" and matching is not None:
-            name = heads.get(step.node)
-        elif step.kind in ("mlp", "norm") and matching is not None:
-            part = step.node.split(".", 1)[1]
-            name = f"L{layers[step.layer]}.{part}" if step.layer in layers else None
-        else:
-            name = step.node
-        mapping[step.node] = name if name in exact_nodes else None
-    return mapping
-
-
-def between_components(graph: ModelGraph, values: dict[Edge, float]) -> dict[Edge, float]:
-    """Edges between components: an edge into a post-LN norm continues along the norm's edges in
-    ``values`` (a post-LN stream passes through a norm between any two components), so a path
-    sender -> norm(s) -> receiver becomes the edge sender -> receiver; its value is the path's
-    weakest edge's, the best path's where there are several. Without norms: ``values`` itself."""
-    norms = {s.node for s in graph.steps if s.kind == "norm"}
-    out: dict[str, list[Edge]] = {}
-    for e in values:
-        out.setdefault(e.sender, []).append(e)
-
-    def ends(edge: Edge, weakest: float):
-        if edge.receiver not in norms:
-            yield edge.receiver, edge.slot, weakest
-            return
-        for nxt in out.get(edge.receiver, []):
-            yield from ends(nxt, min(weakest, values[nxt]))
-
-    joined: dict[Edge, float] = {}
-    for e, v in values.items():
-        if e.sender in norms:
-            continue
-        for receiver, slot, weakest in ends(e, v):
-            key = Edge(e.sender, receiver, slot)
-            joined[key] = max(joined.get(key, weakest), weakest)
-    return joined
-
-
-def _component_overlap(t_graph: ModelGraph, e_graph: ModelGraph, found, truth, mapping) -> dict[str, Any]:
-    """The edge overlap between components (norm chains joined into edges on both sides): what is
-    comparable when one model is post-LN and the other is not."""
-    t_scores = between_components(t_graph, dict(found.edge_scores))
-    t_selected = set(between_components(t_graph, {e: 1.0 for e in found.selected}))
-    e_all = set(between_components(e_graph, {e: 1.0 for e in e_graph.edges}))
-    flags = between_components(e_graph, {c.edge: 0.0 if c.constant else 1.0 for c in truth.edges})
-    positive = {e for e, v in flags.items() if v == 1.0}
-    constant = {e for e, v in flags.items() if v == 0.0}
-
-    def key(edge: Edge) -> Any:
-        sender, receiver = mapping.get(edge.sender), mapping.get(edge.receiver)
-        twin = Edge(sender, receiver, edge.slot) if sender and receiver else None
-        return twin if twin in e_all else ("trained", edge)
-
-    scores = {key(e): v for e, v in t_scores.items() if key(e) not in constant}
-    selected = {key(e) for e in t_selected} - constant
-    reachable = {key(e) for e in t_scores} & e_all
-    result = set_overlap(selected, positive)
-    result.update({
-        "auroc": auroc(scores, positive),
-        "truth_with_counterpart": len(positive & reachable),
-        "shared_edges": sorted(e.name for e in selected & positive),
-        "exact_only": sorted(e.name for e in positive - selected),
-    })
-    return result
 
 
 def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
@@ -140,65 +49,17 @@ def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
         return {**head, "available": False, "reason": str(error)}
     e_batches = word_batches(exact, e_graph, lengths, words, seed)
     truth = mark_constant(derive_circuit(exact, granularity), e_batches, exact)
-    positive = {c.edge for c in truth.edges if not c.constant}
-    constant = {c.edge for c in truth.edges if c.constant}
     found = discover(trained, t_graph, t_batches, method)
     check = score_discovery(discover(exact, e_graph, e_batches, method), truth).to_dict()
     check.pop("roc")
-
-    mapping = node_map(t_graph, e_graph, matching)
-    exact_edges = set(e_graph.edges)
-
-    def mapped(edge: Edge) -> Edge | None:
-        sender, receiver = mapping[edge.sender], mapping[edge.receiver]
-        if sender is None or receiver is None:
-            return None
-        twin = Edge(sender, receiver, edge.slot)
-        return twin if twin in exact_edges else None
-
-    twins = {e: mapped(e) for e in t_graph.edges}
-
-    def key(edge: Edge) -> Any:  # an edge without a twin is a negative of its own
-        return twins[edge] or ("trained", edge)
-
-    edge_scores = {key(e): v for e, v in found.edge_scores.items() if twins[e] not in constant}
-    selected = {key(e) for e in found.selected if twins[e] not in constant}
-    reachable = {twins[e] for e in t_graph.edges if twins[e] is not None}
-
-    countable = {s.node for s in e_graph.steps if s.kind not in ("norm", "output")}
-    truth_nodes = {e.sender for e in positive} & countable
-    t_countable = {n for n in t_graph.senders if t_graph.step(n).kind != "norm"}
-    node_scores = {(mapping[n] or f"trained:{n}"): found.node_scores.get(n, 0.0) for n in t_countable}
-    found_nodes = {mapping[e.sender] or f"trained:{e.sender}" for e in found.selected} & set(node_scores)
-
-    edges = set_overlap(selected, positive)
-    edges.update({
-        "auroc": auroc(edge_scores, positive),
-        "truth_with_counterpart": len(positive & reachable),
-        "recall_of_reachable": set_overlap(selected, positive & reachable)["recall"],
-        "constant_left_out": len(constant),
-        "shared_edges": sorted(e.name for e in selected & positive),
-        "trained_only": sorted(e.name if isinstance(e, Edge) else f"trained:{e[1].name}" for e in selected - positive),
-        "exact_only": sorted(e.name for e in positive - selected),
-    })
-    edges["between_components"] = _component_overlap(t_graph, e_graph, found, truth, mapping)
-    nodes = set_overlap(found_nodes, truth_nodes)
-    nodes.update({"auroc": auroc(node_scores, truth_nodes), "shared_nodes": sorted(found_nodes & truth_nodes),
-                  "trained_only": sorted(found_nodes - truth_nodes), "exact_only": sorted(truth_nodes - found_nodes)})
     return {
         **head, "available": True, "threshold": found.threshold, "seconds": round(found.seconds, 3),
         "lengths": [int(b.tokens.shape[1]) - model_reader(trained).task.n_specials for b in t_batches],
         "words": sum(len(b.tokens) for b in t_batches),
-        "node_map": mapping,
-        "trained_edges": [{"edge": e.name, "score": float(found.edge_scores.get(e, 0.0)),
-                           "selected": e in found.selected,
-                           "exact_edge": twins[e].name if twins[e] is not None else None,
-                           "exact_constant": twins[e] in constant} for e in t_graph.edges],
+        **compare_with_circuit(t_graph, found, truth, matching),
         "trained_nodes": t_graph.nodes,
         "trained_graph_edges": [e.name for e in t_graph.edges],
         "exact_circuit": truth.to_dict(),
-        "edges": edges,
-        "nodes": nodes,
         "method_check": check,
         "details": found.details,
     }

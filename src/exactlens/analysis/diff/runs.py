@@ -117,7 +117,7 @@ def check_vocab(model: Any, task: tasks.Task, what: str, against: str) -> dict[s
         if tuple(own) != tuple(vocab):
             raise ExactLensError(
                 f"cannot compare {what} with {against}: its vocabulary {list(own)} differs from the task's "
-                f"{list(vocab)} ({_task_text(task)}); the same token ids are fed to both models"
+                f"{list(vocab)} ({task_text(task)}); the same token ids are fed to both models"
             )
         return {"vocab": list(vocab), "vocab_check": "names"}
     d_vocab = int(getattr(cfg, "d_vocab", -1))
@@ -129,7 +129,7 @@ def check_vocab(model: Any, task: tasks.Task, what: str, against: str) -> dict[s
     return {"vocab": list(vocab), "vocab_check": "size only (the model names no tokens)"}
 
 
-def _task_text(task: tasks.Task) -> str:
+def task_text(task: tasks.Task) -> str:
     params = ", ".join(f"{k}={v}" for k, v in task.params.items())
     return f"task {task.name!r} ({task.kind}{', ' + params if params else ''})"
 
@@ -141,8 +141,8 @@ def trained_reader(model: Any, task: tasks.Task, what: str, against: str) -> Rea
         own = tasks.from_spec(spec)
         if own != task:
             raise ExactLensError(
-                f"cannot compare {what} with {against}: they answer different tasks ({_task_text(own)} vs "
-                f"{_task_text(task)}); diff compares two models of one task"
+                f"cannot compare {what} with {against}: they answer different tasks ({task_text(own)} vs "
+                f"{task_text(task)}); diff compares two models of one task"
             )
     return tasks.reader(model, task) if isinstance(model, ExactTransformer) else Reader(task, None)
 
