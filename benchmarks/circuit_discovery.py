@@ -4,7 +4,8 @@ construction, at head and qkv granularity, scored against each construction's gr
 scores found with the truth, seconds).
 
 Usage: PYTHONPATH=src python benchmarks/circuit_discovery.py [--quick] [--names N ...] [--words 32]
-       [--span 4] [--methods patching eap acdc] [--out results.json [--overwrite]]
+       [--span 4] [--methods patching eap acdc] [--ablation resample|mean|cross-length]
+       [--out results.json [--overwrite]]
        (--quick: three small constructions, 16 words, 3 lengths)
 """
 
@@ -17,6 +18,7 @@ import time
 
 import torch
 
+from exactlens.analysis.circuit.ablation import ABLATIONS
 from exactlens.analysis.circuit.discovery import METHODS
 from exactlens.analysis.circuit.evaluate import catalogue
 from exactlens.analysis.circuit.scoring import best_cut_text
@@ -38,6 +40,8 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=32, help="words per length (all when fewer; default 32)")
     parser.add_argument("--span", type=int, default=4, help="lengths: the shortest and the next span-1 (default 4)")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--ablation", choices=ABLATIONS, default="resample",
+                        help="what an ablated edge reads (cross-length: a word of another length; default resample)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
@@ -50,7 +54,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"load average {os.getloadavg()[0]:.2f}; torch threads {args.threads}", flush=True)
     start = time.perf_counter()
-    rows = catalogue(names, words=args.words, span=args.span, methods=args.methods)
+    rows = catalogue(names, words=args.words, span=args.span, methods=args.methods, ablation=args.ablation)
     print("| construction | granularity | method | circuit edges (constant) / all | edge AUROC | node AUROC | "
           "precision | recall | best cut: F1 (P / R) | s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -61,7 +65,8 @@ def main() -> None:
     print(f"total {time.perf_counter() - start:.0f} s\n")
     print_summary(rows)
     if args.out:
-        write_text(args.out, dumps({"rows": rows, "words": args.words, "span": args.span}, indent=1) + "\n",
+        write_text(args.out, dumps({"rows": rows, "words": args.words, "span": args.span, "ablation": args.ablation},
+                                   indent=1) + "\n",
                    overwrite=args.overwrite)
 
 

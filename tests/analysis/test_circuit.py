@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import itertools
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from exactlens.analysis.circuit.ablation import check_circuit, make_batch, mark_constant
+from exactlens.analysis.circuit.ablation import aligned_positions, check_circuit, make_batch, mark_constant
 from exactlens.analysis.circuit.discovery import discover
-from exactlens.analysis.circuit.evaluate import circuit_report, default_lengths, discover_report, word_batches
+from exactlens.analysis.circuit.evaluate import (
+    circuit_report,
+    default_lengths,
+    discover_report,
+    source_length,
+    word_batches,
+)
 from exactlens.analysis.circuit.forward import run_graph
 from exactlens.analysis.circuit.graph import Edge, model_graph
 from exactlens.analysis.circuit.scoring import auroc, best_cut, roc_curve, score_discovery
@@ -132,10 +139,10 @@ def test_parity_circuit_reads_the_recipe():
     assert not any(e.edge.slot == "q" and e.edge.sender == "pos" for e in circuit.edges)
 
 
-def _check(name: str, granularity: str = "head"):
+def _check(name: str, granularity: str = "head", ablation: str = "resample"):
     model = build(name, dtype="float64")
     circuit = derive_circuit(model, granularity)
-    batches = word_batches(model, circuit.graph)
+    batches = word_batches(model, circuit.graph, ablation=ablation)
     circuit = mark_constant(circuit, batches, model)
     return model, circuit, batches, check_circuit(model, circuit, batches)
 
@@ -174,6 +181,60 @@ def test_constant_edges_are_the_cls_and_position_features():
     assert "embed->L1.H0.q" in constant  # the query reads only [CLS]'s indicator
     assert "pos->L1.H0.k" in constant  # cos(i pi) is the same for every word of a length
     assert "embed->L0.H0.v" not in constant  # the ones vary
+
+
+def test_cross_length_ablation_moves_what_is_the_same_within_a_length():
+    """Resample ablation cannot move a value that is the same for every word of a length; a source of
+    another length can: PARITY's 1/n and i/n into the FFN become movable, while [CLS]'s indicator and
+    cos(i pi) at aligned positions stay constant."""
+    _, resampled, _, _ = _check("parity", "qkv")
+    _, crossed, _, check = _check("parity", "qkv", "cross-length")
+    constant = {ablated: {c.edge.name for c in circuit.edges if c.constant}
+                for ablated, circuit in (("resample", resampled), ("cross-length", crossed))}
+    assert "pos->L0.MLP" in constant["resample"] and "pos->L0.MLP" not in constant["cross-length"]
+    assert {"embed->L1.H0.q", "pos->L1.H0.k"} <= constant["cross-length"]
+    assert constant["cross-length"] < constant["resample"]
+    assert check.outside_changed == 0 and check.inside_changed["pos->L0.MLP"] > 0
+
+
+@pytest.mark.parametrize("name", [n for n in PAPER if n not in LARGE])
+def test_circuit_is_sufficient_under_cross_length_ablation(name):
+    """Sufficiency holds whatever the ablated edges read: every edge outside the circuit taken from a
+    word of another length changes no decision."""
+    assert _check(name, "head", "cross-length")[3].outside_changed == 0
+
+
+def test_cross_length_sources_are_aligned_and_paired_at_random():
+    """[CLS] -> [CLS], symbol i -> symbol min(i, m - 1), [EOS] -> [EOS]; each word reads one source
+    word, every source word used once before any twice; another length or an ablation without its
+    source words is refused."""
+    palindrome = of_model(build("palindrome"))  # [CLS] w [EOS]
+    assert palindrome.use_cls and palindrome.use_eos
+    assert aligned_positions(palindrome, 3, 5).tolist() == [0, 1, 2, 3, 6]
+    assert aligned_positions(palindrome, 4, 2).tolist() == [0, 1, 2, 2, 2, 3]
+    model = build("parity", dtype="float64")
+    graph = model_graph(model, "head")
+    task = of_model(model)
+    ids, source_ids = task.all_words(3), task.all_words(4)
+    batch = make_batch(model, graph, ids, "cross-length", seed=1, source_ids=source_ids)
+    other = make_batch(model, graph, source_ids, "resample").clean.outputs
+    positions = aligned_positions(task, 3, 4)
+
+    def reads(i: int, j: int) -> bool:  # word i's source is source word j at the aligned positions, every node
+        return all(torch.equal(batch.source[node][i], out[j][positions]) for node, out in other.items())
+
+    rows = [[j for j in range(len(source_ids)) if reads(i, j)] for i in range(len(ids))]
+    assert all(len(r) == 1 for r in rows)
+    rows = [r[0] for r in rows]
+    assert len(set(rows)) == len(ids) and rows != sorted(rows)  # distinct sources, not in index order
+    assert source_length(task, 3) == 4
+    with pytest.raises(ExactLensError, match="a length other than 3"):
+        make_batch(model, graph, ids, "cross-length", source_ids=task.all_words(3))
+    with pytest.raises(ExactLensError, match="exactly when the ablation is cross-length"):
+        make_batch(model, graph, ids, "cross-length")
+    assert source_length(SimpleNamespace(name="t", min_length=1, max_length=4), 4) == 3  # the longest: n - 1
+    with pytest.raises(ExactLensError, match="needs another length of t"):
+        source_length(SimpleNamespace(name="t", min_length=2, max_length=2), 2)
 
 
 def test_auroc_and_roc_against_brute_force():

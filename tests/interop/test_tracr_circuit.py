@@ -99,6 +99,33 @@ def test_discovery_on_a_compiled_program():
     assert score.edge_auroc == 1.0 and score.recall == 1.0
 
 
+def test_cross_length_ablation_sees_make_length():
+    """make_length's value is the same for every word of a length: resample ablation cannot move it and
+    no method selects anything; with sources of another length (n + 1; n - 1 at max_seq_len) its two
+    edges change every decision alone and ACDC selects exactly them. The query and key reads stay
+    unnecessary: the length comes from how many positions the head attends to, which no edge carries."""
+    from exactlens.analysis.circuit.ablation import check_circuit
+
+    model = build("tracr-length", dtype="float64")
+    length_edges = {"L0.H0->L0.MLP", "L0.MLP->output"}
+    selected = {}
+    for ablation in ("resample", "cross-length"):
+        circuit = derive_circuit(model, "head")
+        batches = word_batches(model, circuit.graph, [1, 2, 3, 4, 5], words=32, ablation=ablation)
+        circuit = mark_constant(circuit, batches, model)
+        moved = {c.edge.name for c in circuit.edges if not c.constant}
+        check = check_circuit(model, circuit, batches)
+        assert check.outside_changed == 0
+        if ablation == "cross-length":
+            assert length_edges <= moved
+            assert all(check.inside_changed[e] == check.n_words for e in length_edges)
+        else:
+            assert not length_edges & moved
+        assert check.unnecessary == ["embed->L0.H0"]
+        selected[ablation] = {e.name for e in discover(model, circuit.graph, batches, "acdc").selected}
+    assert selected == {"resample": set(), "cross-length": length_edges}
+
+
 def test_default_lengths_stop_at_the_programs_longest(capsys):
     """verify and precision without lengths check 1..12 / up to 1000 within the construction's range:
     a compiled program answers up to its max_seq_len (5 here)."""

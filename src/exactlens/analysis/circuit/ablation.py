@@ -1,7 +1,13 @@
 """Edge ablations on a task's words: resample (each word's edge reads the activation of another word
-of the same length) or mean (the mean over the words), and the checks a ground-truth circuit must
-pass — ablating every edge outside it leaves the decisions unchanged; ablating one edge inside it
-changes a decision on some word.
+of the same length), mean (the mean over the words) or cross-length (each word's edge reads the
+activation of a word of another length at the aligned position), and the checks a ground-truth
+circuit must pass — ablating every edge outside it leaves the decisions unchanged; ablating one edge
+inside it changes a decision on some word.
+
+Why cross-length: a value that is the same for every word of one length (the length itself, i/n,
+a [CLS] indicator) cannot be moved by swapping words of that length, so resample and mean ablation
+are blind to circuits that compute with it. Positions are aligned as [CLS] to [CLS], symbol i to
+symbol min(i, m - 1) of the length-m word, [EOS] to [EOS].
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from exactlens.errors import ExactLensError
 from exactlens.resources import torch_threads
 from exactlens.tasks import reader as task_reader
 
-ABLATIONS = ("resample", "mean")
+ABLATIONS = ("resample", "mean", "cross-length")
 
 _READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -52,27 +58,62 @@ class Batch:
     n_positions: torch.Tensor
     clean: GraphRun
     source: dict[str, torch.Tensor]
+    ablation: str = "resample"
 
 
-def make_batch(model, graph: ModelGraph, ids: torch.Tensor, ablation: str = "resample", seed: int = 0) -> Batch:
-    """Encode symbol ids [B, L] with the model's task and run them; the source of a resample ablation
-    is the run on the same words in another order (each word reads another word's activations)."""
-    if ablation not in ABLATIONS:
-        raise ExactLensError(f"ablation {ablation!r} is unknown; choose one of {', '.join(ABLATIONS)}")
-    task = model_reader(model).task
-    encoded = task.encode(ids)
+def _encode_and_run(model, graph: ModelGraph, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, GraphRun]:
+    encoded = model_reader(model).task.encode(ids)
     where = device_of(model)  # words are drawn on the CPU; the model may sit on a GPU
     tokens, n_positions = encoded.tokens.to(where), encoded.n_positions.to(where)
     with torch.no_grad():
-        clean = run_graph(model, graph, tokens, n_positions)
+        return tokens, n_positions, run_graph(model, graph, tokens, n_positions)
+
+
+def aligned_positions(task, length: int, other_length: int) -> torch.Tensor:
+    """For each token position of a length-``length`` word, the position of a length-``other_length``
+    word it reads under cross-length ablation: [CLS] -> [CLS], symbol i -> symbol min(i, m - 1),
+    [EOS] -> [EOS]."""
+    if length > 0 and other_length < 1:
+        raise ExactLensError(f"cross-length ablation of words of length {length} needs source words of length >= 1, "
+                             f"got {other_length}")
+    offset = task.symbol_offset
+    symbols = [offset + min(i, other_length - 1) for i in range(length)]
+    return torch.tensor(([0] if task.use_cls else []) + symbols
+                        + ([offset + other_length] if task.use_eos else []), dtype=torch.long)
+
+
+def make_batch(model, graph: ModelGraph, ids: torch.Tensor, ablation: str = "resample", seed: int = 0,
+               source_ids: torch.Tensor | None = None) -> Batch:
+    """Encode symbol ids [B, L] with the model's task and run them. The source of a resample ablation
+    is the run on the same words in another order (each word reads another word's activations); of a
+    cross-length one, the run on ``source_ids`` [B', M] (words of another length M), each word reading
+    one of them (a seeded random pairing, every source word used before any twice) at the aligned
+    positions."""
+    if ablation not in ABLATIONS:
+        raise ExactLensError(f"ablation {ablation!r} is unknown; choose one of {', '.join(ABLATIONS)}")
+    if (ablation == "cross-length") != (source_ids is not None):
+        raise ExactLensError("source words of another length are given exactly when the ablation is cross-length")
+    tokens, n_positions, clean = _encode_and_run(model, graph, ids)
+    where = tokens.device
     if ablation == "mean":
         source = mean_outputs(clean)
+    elif ablation == "cross-length":
+        if len(source_ids) == 0 or source_ids.shape[1] == ids.shape[1]:
+            raise ExactLensError(f"cross-length ablation needs source words of a length other than {ids.shape[1]}, "
+                                 f"got {tuple(source_ids.shape)}")
+        _, _, other = _encode_and_run(model, graph, source_ids)
+        # a seeded random pairing: in index order, exhaustive word lists would pair w with a word
+        # that extends it (0w), which often shares w's answer
+        shuffled = torch.randperm(len(source_ids), generator=torch.Generator().manual_seed(seed))
+        rows = shuffled[torch.arange(len(ids)) % len(source_ids)].to(where)
+        positions = aligned_positions(model_reader(model).task, ids.shape[1], source_ids.shape[1]).to(where)
+        source = {node: out[rows][:, positions] for node, out in other.outputs.items()}
     else:  # a random cyclic derangement: word p[i] reads word p[i+1] (seeded: reproducible)
         order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed)).to(where)
-        other = torch.empty_like(order)
-        other[order] = order.roll(-1)
-        source = {node: out[other] for node, out in clean.outputs.items()}
-    return Batch(tokens, n_positions, clean, source)
+        following = torch.empty_like(order)
+        following[order] = order.roll(-1)
+        source = {node: out[following] for node, out in clean.outputs.items()}
+    return Batch(tokens, n_positions, clean, source, ablation)
 
 
 def decisions(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
@@ -91,23 +132,30 @@ def changed_words(model, graph: ModelGraph, batch: Batch, edges: Collection[Edge
 
 
 def mark_constant(circuit: Circuit, batches: list[Batch], model) -> Circuit:
-    """Mark each circuit edge whose carried features take the same value for every word of a length
-    (on these batches: exhaustive ones make it exact) as ``constant``."""
+    """Mark each circuit edge that the batches' ablation cannot move as ``constant``: its carried
+    features take the same value for every word of a length (resample, mean; on exhaustive batches
+    this is exact), or equal their cross-length source at every aligned position."""
     labels = model.cfg.residual_labels or tuple(f"d{i}" for i in range(model.cfg.d_model))
     index = {label: i for i, label in enumerate(labels)}
     marked = []
     for c in circuit.edges:
         dims = [index[f] for f in c.features]
-        same = all(_same_for_every_word(b.clean.outputs[c.edge.sender][..., dims]) for b in batches)
+        same = all(_unmovable(b, c.edge.sender, dims) for b in batches)
         marked.append(CircuitEdge(c.edge, c.features, c.through_norm, same))
     return Circuit(circuit.graph, marked)
 
 
-def _same_for_every_word(values: torch.Tensor) -> bool:
-    """Every row equals the first (NaN equal to NaN: eps = 0 layer norms give NaN at positions that
+def _unmovable(batch: Batch, sender: str, dims: list[int]) -> bool:
+    clean = batch.clean.outputs[sender][..., dims]
+    if batch.ablation == "cross-length":
+        return _equal(clean, batch.source[sender][..., dims])
+    return _equal(clean, clean[:1])
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Every entry equal (b broadcast; NaN equal to NaN: eps = 0 layer norms give NaN at positions that
     nothing reads)."""
-    first = values[:1]
-    return bool(((values == first) | (values.isnan() & first.isnan())).all())
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
 @dataclass

@@ -39,22 +39,40 @@ def default_lengths(task) -> list[int]:
 def word_batches(model, graph: ModelGraph, lengths: Sequence[int] | None = None, words: int = DEFAULT_WORDS,
                  seed: int = 0, ablation: str = "resample") -> list[Batch]:
     """One batch per length: every word when there are at most ``words``, else ``words`` sampled
-    ones; lengths with a single word are skipped (a resample ablation needs another word)."""
+    ones; lengths with a single word are skipped (a resample ablation needs another word). A
+    cross-length ablation's source words have length n + 1 (n - 1 at the task's longest length),
+    drawn the same way."""
     task = task_reader(model).task
     if isinstance(words, bool) or not isinstance(words, int) or words < 2:
         raise ExactLensError(f"words per length must be an integer >= 2, got {words!r}")
     lengths = default_lengths(task) if lengths is None else list(lengths)
     if not lengths:
         raise ExactLensError("give at least one length")
+
+    def draw(length: int) -> torch.Tensor:
+        return task.words(length, words, torch.Generator().manual_seed(seed + length), exhaustive_limit=words)[0]
+
     batches = []
     for length in lengths:
         check_length(length, task.name, task.min_length, task.max_length)
-        ids, _ = task.words(length, words, torch.Generator().manual_seed(seed + length), exhaustive_limit=words)
+        ids = draw(length)
         if len(ids) >= 2:
-            batches.append(make_batch(model, graph, ids, ablation, seed))
+            source = draw(source_length(task, length)) if ablation == "cross-length" else None
+            batches.append(make_batch(model, graph, ids, ablation, seed, source))
     if not batches:
         raise ExactLensError(f"no length in {lengths} has two or more words of {task.name}; give longer lengths")
     return batches
+
+
+def source_length(task, length: int) -> int:
+    """The length whose words a cross-length ablation reads at ``length``: the next one, or the one
+    before at the task's longest length."""
+    if task.max_length is None or length < task.max_length:
+        return length + 1
+    if length - 1 >= max(task.min_length, 1):
+        return length - 1
+    raise ExactLensError(f"cross-length ablation at length {length} needs another length of {task.name}, which "
+                         f"allows only lengths {task.min_length}..{task.max_length}")
 
 
 def _resolve(target: Any):
@@ -156,10 +174,12 @@ def overlap(found: Discovery, circuit: Circuit, graph: ModelGraph, against: str)
 
 
 def catalogue(names: Sequence[str], *, granularities: Sequence[str] = GRANULARITIES,
-              methods: Sequence[str] = METHODS, words: int = 32, span: int = 4, seed: int = 0) -> list[dict[str, Any]]:
+              methods: Sequence[str] = METHODS, words: int = 32, span: int = 4, seed: int = 0,
+              ablation: str = "resample") -> list[dict[str, Any]]:
     """Every method on every named construction at every granularity, scored against the ground
     truth: one row per (construction, granularity, method), with the circuit's size and the scores.
     Lengths: the task's shortest and the next ``span - 1``; ``words`` per length."""
+    _check_choice("ablation", ablation, ABLATIONS)
     from exactlens.progress import bar
 
     rows = []
@@ -169,7 +189,7 @@ def catalogue(names: Sequence[str], *, granularities: Sequence[str] = GRANULARIT
         lengths = default_lengths(task)[:span]
         for granularity in granularities:
             graph = model_graph(model, granularity)
-            batches = word_batches(model, graph, lengths, words, seed)
+            batches = word_batches(model, graph, lengths, words, seed, ablation)
             circuit = mark_constant(derive_circuit(model, granularity), batches, model)
             for method in methods:
                 found = discover(model, graph, batches, method)
