@@ -107,6 +107,24 @@ def test_circuit_part_of_a_rotated_copy_at_qkv_granularity(method: str) -> None:
     assert result["summary"]["circuit_edge_jaccard"] == circuit["edges"]["jaccard"]
 
 
+def test_circuit_part_under_cross_length_ablation() -> None:
+    """With sources of another length, PARITY's per-length edge into the FFN (1/n, i/n) joins the
+    exact circuit's movable edges, and a rotated copy still scores what the construction scores."""
+    model = rotated_copy(build("parity", dtype="float64"), seed=2)
+    runs = {ablation: diff(model, "parity", lengths=[2, 3, 4, 5], strings=16, parts=("circuit",),
+                           circuit_method="acdc", circuit_ablation=ablation)
+            for ablation in ("resample", "cross-length")}
+    for ablation, result in runs.items():
+        circuit, check = result["circuit"], result["circuit"]["method_check"]
+        assert circuit["ablation"] == ablation == result["settings"]["circuit_ablation"]
+        assert (circuit["edges"]["precision"], circuit["edges"]["recall"]) == (check["precision"], check["recall"])
+    constant = {a: {e["edge"] for e in r["circuit"]["exact_circuit"]["edges"] if e["constant"]}
+                for a, r in runs.items()}
+    assert "pos->L0.MLP" in constant["resample"] - constant["cross-length"]
+    with pytest.raises(ExactLensError, match="circuit_ablation 'shuffle' is unknown"):
+        diff(model, "parity", lengths=[2], strings=4, parts=("circuit",), circuit_ablation="shuffle")
+
+
 @pytest.mark.parametrize(("post_ln", "plain"), [("first-ln", "first"), ("parity-ln", "parity")])
 def test_post_ln_twin_circuit_between_components(post_ln: str, plain: str) -> None:
     """Chiang & Cholak's layer-norm versions compute the same features through the same components,

@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> None:
         untrained_baseline=not args.no_untrained_baseline,
         circuit_method=args.circuit_method,
         circuit_granularity=args.circuit_granularity,
+        circuit_ablation=args.circuit_ablation,
         device=args.device,
     )
     emit(result, args.json, format_diff_text(result))  # the result first: a failing page write cannot lose it
@@ -135,6 +136,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="discovery method for the trained model's circuit (default eap: one pass per length)")
     p.add_argument("--circuit-granularity", default="head", choices=["head", "qkv"],
                    help="edges between whole heads or into their queries, keys and values (default head)")
+    p.add_argument("--circuit-ablation", default="resample", choices=["resample", "mean", "cross-length"],
+                   help="what an ablated edge reads: another word of its length, the mean, or a word of another "
+                        "length (sees per-length values such as the length itself); default resample")
     p.add_argument(
         "--html",
         default=None,

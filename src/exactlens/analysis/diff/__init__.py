@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from exactlens import tasks
+from exactlens.analysis.circuit.ablation import ABLATIONS
 from exactlens.analysis.circuit.discovery import METHODS
 from exactlens.analysis.circuit.graph import GRANULARITIES
 from exactlens.analysis.diff.alignment import Settings, alignment_table, untrained_copy
@@ -102,6 +103,7 @@ def diff(
     untrained_baseline: bool = True,
     circuit_method: str = DEFAULT_METHOD,
     circuit_granularity: str = "head",
+    circuit_ablation: str = "resample",
     device: Any = None,
 ) -> dict[str, Any]:
     """Compare ``trained`` with the construction ``against`` (built with ``params``) on the same words.
@@ -110,8 +112,9 @@ def diff(
     given explicitly, an unusable length is an error). ``strings`` random words per length plus the
     task's hard words (every word when there are at most ``strings``). ``parts`` selects the
     comparisons. ``das_max_dim``, ``das_steps``, ``alignment_pairs`` (per length) and
-    ``untrained_baseline`` set the alignment search; ``circuit_method`` (patching, eap, acdc) and
-    ``circuit_granularity`` (head, qkv) the circuit comparison. ``device`` (exactlens.devices): where both models
+    ``untrained_baseline`` set the alignment search; ``circuit_method`` (patching, eap, acdc),
+    ``circuit_granularity`` (head, qkv) and ``circuit_ablation`` (resample, mean, cross-length) the
+    circuit comparison. ``device`` (exactlens.devices): where both models
     run (None: where the trained model is; a model passed in is copied there, not moved); words are
     drawn and every comparison is computed on the CPU. Returns a JSON-ready dict with the fields
     documented in docs/diff.md ("Circuit
@@ -128,7 +131,8 @@ def diff(
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ExactLensError(f"{name} must be an integer >= {low}, got {value!r}")
     for name, value, allowed in (("circuit_method", circuit_method, METHODS),
-                                 ("circuit_granularity", circuit_granularity, GRANULARITIES)):
+                                 ("circuit_granularity", circuit_granularity, GRANULARITIES),
+                                 ("circuit_ablation", circuit_ablation, ABLATIONS)):
         if value not in allowed:
             raise ExactLensError(f"{name} {value!r} is unknown; choose one of {', '.join(allowed)}")
     if not 0 < test_fraction < 1:
@@ -181,6 +185,7 @@ def diff(
             "untrained_baseline": untrained_baseline,
             "circuit_method": circuit_method,
             "circuit_granularity": circuit_granularity,
+            "circuit_ablation": circuit_ablation,
             "parts": list(parts),
             "device": device_name(target),
         },
@@ -248,7 +253,7 @@ def diff(
         _progress("diff: alignment done", quiet)
     if "circuit" in parts:
         result["circuit"] = circuit_part(model, exact_model, used, strings, seed, matching, circuit_method,
-                                         circuit_granularity)
+                                         circuit_granularity, circuit_ablation)
         if result["circuit"]["available"]:
             summary["circuit_edge_auroc"] = result["circuit"]["edges"]["auroc"]
             summary["circuit_edge_jaccard"] = result["circuit"]["edges"]["jaccard"]

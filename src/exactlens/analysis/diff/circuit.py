@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from exactlens.analysis.circuit.ablation import mark_constant, model_reader
+from exactlens.analysis.circuit.ablation import ABLATIONS, mark_constant, model_reader
 from exactlens.analysis.circuit.correspond import compare_with_circuit
 from exactlens.analysis.circuit.discovery import METHODS, discover
 from exactlens.analysis.circuit.evaluate import word_batches
@@ -28,7 +28,7 @@ DEFAULT_METHOD = "eap"  # one forward and backward pass per length: affordable a
 
 def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
                  matching: list[dict[str, Any]] | None, method: str = DEFAULT_METHOD,
-                 granularity: str = "head") -> dict[str, Any]:
+                 granularity: str = "head", ablation: str = "resample") -> dict[str, Any]:
     """The ``circuit`` part of the diff JSON (module docstring); ``available`` is False, with the
     reason, when the trained model is not an ExactTransformer (discovery runs edge by edge on its
     components)."""
@@ -37,17 +37,19 @@ def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
     if granularity not in GRANULARITIES:
         raise ExactLensError(f"circuit granularity {granularity!r} is unknown; "
                              f"choose one of {', '.join(GRANULARITIES)}")
-    head = {"method": method, "granularity": granularity}
+    if ablation not in ABLATIONS:
+        raise ExactLensError(f"circuit ablation {ablation!r} is unknown; choose one of {', '.join(ABLATIONS)}")
+    head = {"method": method, "granularity": granularity, "ablation": ablation}
     if not isinstance(trained, ExactTransformer):
         return {**head, "available": False,
                 "reason": f"circuit discovery runs edge by edge on ExactTransformer components; the trained "
                           f"model is a {type(trained).__name__}"}
     t_graph, e_graph = model_graph(trained, granularity), model_graph(exact, granularity)
     try:  # the same words for both models: the task's words per length, drawn with the same seed
-        t_batches = word_batches(trained, t_graph, lengths, words, seed)
+        t_batches = word_batches(trained, t_graph, lengths, words, seed, ablation)
     except ExactLensError as error:  # e.g. no length with two words to resample from
         return {**head, "available": False, "reason": str(error)}
-    e_batches = word_batches(exact, e_graph, lengths, words, seed)
+    e_batches = word_batches(exact, e_graph, lengths, words, seed, ablation)
     truth = mark_constant(derive_circuit(exact, granularity), e_batches, exact)
     found = discover(trained, t_graph, t_batches, method)
     check = score_discovery(discover(exact, e_graph, e_batches, method), truth).to_dict()
