@@ -197,7 +197,7 @@ def test_cross_length_ablation_moves_what_is_the_same_within_a_length():
     assert check.outside_changed == 0 and check.inside_changed["pos->L0.MLP"] > 0
 
 
-@pytest.mark.parametrize("name", [n for n in PAPER if n not in LARGE])
+@pytest.mark.parametrize("name", _params(PAPER))
 def test_circuit_is_sufficient_under_cross_length_ablation(name):
     """Sufficiency holds whatever the ablated edges read: every edge outside the circuit taken from a
     word of another length changes no decision."""
@@ -233,8 +233,24 @@ def test_cross_length_sources_are_aligned_and_paired_at_random():
     with pytest.raises(ExactLensError, match="exactly when the ablation is cross-length"):
         make_batch(model, graph, ids, "cross-length")
     assert source_length(SimpleNamespace(name="t", min_length=1, max_length=4), 4) == 3  # the longest: n - 1
-    with pytest.raises(ExactLensError, match="needs another length of t"):
+    assert source_length(SimpleNamespace(name="t", min_length=1, max_length=None), 7, longest=7) == 6
+    with pytest.raises(ExactLensError, match="needs words of another length >= 1.*t allows only lengths 2..2"):
         source_length(SimpleNamespace(name="t", min_length=2, max_length=2), 2)
+
+
+def test_cross_length_sources_stay_within_what_the_model_answers():
+    """A learned position table of n_ctx = 50 answers |w| <= 50: at 50 the source words are shorter, not
+    longer (resample works there too); a length beyond it is refused by name. Lengths with one word
+    (only resample needs a second word of the length) are kept."""
+    model = build("sm-solution1", dtype="float64")
+    graph = model_graph(model, "head")
+    (batch,) = word_batches(model, graph, [50], words=4, ablation="cross-length")
+    assert batch.tokens.shape[1] == 50 + of_model(model).n_specials
+    with pytest.raises(ExactLensError, match="exceeds the stated limit 50"):
+        word_batches(model, graph, [51], words=4, ablation="cross-length")
+    parity = build("parity", dtype="float64")
+    one_word = word_batches(parity, model_graph(parity, "head"), [0, 2], words=4, ablation="cross-length")
+    assert [int(b.tokens.shape[0]) for b in one_word] == [1, 4]  # the empty word reads a word of length 1
 
 
 def test_auroc_and_roc_against_brute_force():

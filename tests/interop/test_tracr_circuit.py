@@ -99,6 +99,19 @@ def test_discovery_on_a_compiled_program():
     assert score.edge_auroc == 1.0 and score.recall == 1.0
 
 
+@pytest.mark.parametrize("name", [*PROGRAMS, *(pytest.param(n, marks=pytest.mark.slow) for n in SLOW_PROGRAMS)])
+def test_weight_circuit_is_sufficient_under_cross_length_ablation(name):
+    """Every edge outside the circuit reading a word of another length (n - 1 at max_seq_len) changes no
+    decision."""
+    from exactlens.analysis.circuit.ablation import check_circuit
+
+    model = build(name, dtype="float64")
+    circuit = derive_circuit(model, "qkv")
+    batches = word_batches(model, circuit.graph, words=16, ablation="cross-length")
+    circuit = mark_constant(circuit, batches, model)
+    assert check_circuit(model, circuit, batches).outside_changed == 0
+
+
 def test_cross_length_ablation_sees_make_length():
     """make_length's value is the same for every word of a length: resample ablation cannot move it and
     no method selects anything; with sources of another length (n + 1; n - 1 at max_seq_len) its two

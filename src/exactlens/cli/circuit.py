@@ -2,8 +2,9 @@
 
 The circuit is read off the weights (exactlens.analysis.circuit.truth): the edges whose sender
 writes a residual feature its receiver reads, with the features each carries. On the task's words
-(every word of each length up to --words) it marks the edges whose activation never varies
-(`constant`: an ablation cannot move them) and checks the circuit by resample (mean, cross-length) ablation:
+(every word of each length up to --words) it marks the edges that the ablation cannot move
+(`constant`: under resample or mean those the same for every word of a length, under cross-length
+those equal to their aligned source) and checks the circuit by resample (mean, cross-length) ablation:
 ablating every edge outside it should change no decision, ablating one edge inside it should change
 some (the edges where none changes are listed as `unnecessary`: redundant paths).
 """
@@ -47,7 +48,8 @@ def circuit_arguments(p: argparse.ArgumentParser) -> None:
                    help="an ablated edge reads another word's activation (resample), the mean, or a word of "
                         "another length's at the aligned position (cross-length: sees values that are the same "
                         "for every word of a length, such as the length itself); default resample")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampled words and the resample order")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the sampled words, the resample order and the cross-length pairing")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 

@@ -65,7 +65,8 @@ def format_diff_text(result: dict[str, Any]) -> str:
         lines.append(f"  circuit: not compared ({c['reason']})")
     elif c is not None:
         e, n = c["edges"], c["nodes"]
-        lines.append(f"  circuit ({c['method']}, {c['granularity']}): edges shared {e['shared']} of exact "
+        lines.append(f"  circuit ({c['method']}, {c['granularity']}, {c.get('ablation', 'resample')} ablation): "
+                     f"edges shared {e['shared']} of exact "
                      f"{e['truth']} / found {e['found']} (Jaccard {_num(e['jaccard'])}, AUROC {_num(e['auroc'])}; "
                      f"between components Jaccard {_num(e['between_components']['jaccard'])}); "
                      f"nodes shared {n['shared']} of {n['truth']} / {n['found']}; the method on the exact model: "

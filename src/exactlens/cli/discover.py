@@ -27,7 +27,8 @@ def _f(x: float | None) -> str:
 
 
 def format_discover_text(result: dict[str, Any]) -> str:
-    lines = [f"{result['model']}: {result['method']} at {result['granularity']} granularity, threshold "
+    lines = [f"{result['model']}: {result['method']} at {result['granularity']} granularity, {result['ablation']} "
+             f"ablation, threshold "
              f"{result['threshold']:g}, {result['seconds']:.2f} s; selected {len(result['selected'])} of "
              f"{len(result['edges'])} edges"]
     top = sorted(result["edges"], key=lambda e: -e["score"])[:12]

@@ -34,6 +34,18 @@ def _signature_defaults(function: Callable[..., Any]) -> dict[str, Any]:
     return {k: p.default for k, p in inspect.signature(function).parameters.items() if k != "dtype"}
 
 
+def longest_length(model: ExactTransformer) -> int | None:
+    """The longest |w| a model answers by itself (None: any): its task's limit, a limit it was built
+    for (metadata["max_length"], e.g. a nonuniform construction's N) and its learned position
+    table's (n_ctx less the task's special tokens)."""
+    task = tasks.of_model(model)
+    highs = [task.max_length, model.cfg.metadata.get("max_length")]
+    if model.cfg.learned_positions:
+        highs.append(model.cfg.n_ctx - task.n_specials)
+    known = [h for h in highs if h is not None]
+    return min(known) if known else None
+
+
 @dataclass
 class Construction:
     name: str
@@ -128,11 +140,7 @@ class Construction:
         task's, a limit the model was built for (metadata["max_length"]) and its learned position
         table's (n_ctx); None = no upper limit."""
         task = tasks.of_model(model) if model is not None else self.task_of()
-        highs = [self.max_length, task.max_length]
-        if model is not None:
-            highs.append(model.cfg.metadata.get("max_length"))
-            if model.cfg.learned_positions:
-                highs.append(model.cfg.n_ctx - task.n_specials)
+        highs = [self.max_length, task.max_length if model is None else longest_length(model)]
         known = [h for h in highs if h is not None]
         return max(self.min_length, task.min_length), (min(known) if known else None)
 

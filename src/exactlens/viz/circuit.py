@@ -1,6 +1,6 @@
 """A circuit as an inline SVG: nodes in computation order (embeddings left, output right, one column
 per layer's heads and one per its FFN and norms), every edge of the graph drawn faintly, the
-circuit's edges drawn strongly (dashed where constant: an ablation cannot move them), and at qkv
+circuit's edges drawn strongly (dashed where constant: the ablation used cannot move them), and at qkv
 granularity each head's query, key and value inputs as three ports."""
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ def circuit_html(c: dict[str, Any]) -> str:
     trained_svg, exact_svg = circuit_svgs(c)
     return "\n".join([
         "<h3>Circuit: the trained model's, found by discovery, against the exact one</h3>",
-        f"<p>{_e(c['method'])} at {_e(c['granularity'])} granularity (threshold {_n(c['threshold'], 4)}) on "
+        f"<p>{_e(c['method'])} at {_e(c['granularity'])} granularity, {_e(c.get('ablation', 'resample'))} "
+        f"ablation (threshold {_n(c['threshold'], 4)}) on "
         f"{_e(c['words'])} words of lengths {_e(c['lengths'])}; trained nodes are mapped onto the exact ones "
         "through the head matching above (a layer's MLP and norms follow its heads). The exact circuit is read "
         f"off the construction's weights; its {_e(e['constant_left_out'])} constant edges are left out. "

@@ -93,6 +93,9 @@ def make_batch(model, graph: ModelGraph, ids: torch.Tensor, ablation: str = "res
         raise ExactLensError(f"ablation {ablation!r} is unknown; choose one of {', '.join(ABLATIONS)}")
     if (ablation == "cross-length") != (source_ids is not None):
         raise ExactLensError("source words of another length are given exactly when the ablation is cross-length")
+    if source_ids is not None and (source_ids.ndim != 2 or ids.ndim != 2):
+        raise ExactLensError(f"words are [count, length] tensors of symbol ids; got {tuple(ids.shape)} and source "
+                             f"{tuple(source_ids.shape)}")
     tokens, n_positions, clean = _encode_and_run(model, graph, ids)
     where = tokens.device
     if ablation == "mean":

@@ -4,7 +4,7 @@ components, and the edge and node overlaps after the map.
 
 The trained graph's nodes are mapped onto the exact graph's: embeddings and output by name, heads
 through a given head matching (or by (layer, head) index without one), MLPs and post-LN norms by
-layer. With the exact circuit's constant edges (no ablation can move them) left out:
+layer. With the exact circuit's constant edges (the ablation used cannot move them) left out:
 
 * ``edges``: trained edges whose two ends map to an edge of the exact graph, against the exact
   circuit; recall also over the exact edges that have a counterpart at all (a post-LN circuit's

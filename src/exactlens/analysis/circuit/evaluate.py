@@ -16,6 +16,7 @@ from exactlens.analysis.circuit.discovery import METHODS, Discovery, discover
 from exactlens.analysis.circuit.graph import GRANULARITIES, ModelGraph, model_graph
 from exactlens.analysis.circuit.scoring import score_discovery
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
+from exactlens.constructions.registry import longest_length
 from exactlens.errors import ExactLensError
 from exactlens.tasks import check_length
 from exactlens.tasks import reader as task_reader
@@ -39,40 +40,44 @@ def default_lengths(task) -> list[int]:
 def word_batches(model, graph: ModelGraph, lengths: Sequence[int] | None = None, words: int = DEFAULT_WORDS,
                  seed: int = 0, ablation: str = "resample") -> list[Batch]:
     """One batch per length: every word when there are at most ``words``, else ``words`` sampled
-    ones; lengths with a single word are skipped (a resample ablation needs another word). A
-    cross-length ablation's source words have length n + 1 (n - 1 at the task's longest length),
-    drawn the same way."""
+    ones. Resample and mean ablation skip lengths with a single word (they need another word of the
+    length); a cross-length ablation's source words have length n + 1 (n - 1 at the longest length
+    the model answers), drawn the same way."""
     task = task_reader(model).task
     if isinstance(words, bool) or not isinstance(words, int) or words < 2:
         raise ExactLensError(f"words per length must be an integer >= 2, got {words!r}")
     lengths = default_lengths(task) if lengths is None else list(lengths)
     if not lengths:
         raise ExactLensError("give at least one length")
+    longest = longest_length(model)
 
     def draw(length: int) -> torch.Tensor:
         return task.words(length, words, torch.Generator().manual_seed(seed + length), exhaustive_limit=words)[0]
 
     batches = []
     for length in lengths:
-        check_length(length, task.name, task.min_length, task.max_length)
+        check_length(length, task.name, task.min_length, longest)
         ids = draw(length)
-        if len(ids) >= 2:
-            source = draw(source_length(task, length)) if ablation == "cross-length" else None
-            batches.append(make_batch(model, graph, ids, ablation, seed, source))
+        if ablation == "cross-length":
+            batches.append(make_batch(model, graph, ids, ablation, seed, draw(source_length(task, length, longest))))
+        elif len(ids) >= 2:
+            batches.append(make_batch(model, graph, ids, ablation, seed))
     if not batches:
         raise ExactLensError(f"no length in {lengths} has two or more words of {task.name}; give longer lengths")
     return batches
 
 
-def source_length(task, length: int) -> int:
+def source_length(task, length: int, longest: int | None = None) -> int:
     """The length whose words a cross-length ablation reads at ``length``: the next one, or the one
-    before at the task's longest length."""
-    if task.max_length is None or length < task.max_length:
+    before at the longest (``longest``, default the task's limit). The empty word cannot be a source:
+    its symbol positions would have nothing to read."""
+    longest = task.max_length if longest is None else longest
+    if longest is None or length < longest:
         return length + 1
     if length - 1 >= max(task.min_length, 1):
         return length - 1
-    raise ExactLensError(f"cross-length ablation at length {length} needs another length of {task.name}, which "
-                         f"allows only lengths {task.min_length}..{task.max_length}")
+    raise ExactLensError(f"cross-length ablation at length {length} needs words of another length >= 1 to read, "
+                         f"and {task.name} allows only lengths {task.min_length}..{longest} here")
 
 
 def _resolve(target: Any):
@@ -151,7 +156,7 @@ def _check_same_task(model, truth_model, info: dict[str, Any], against: str) -> 
     if own != other:
         what = info.get("name") or info.get("path") or model.cfg.model_name
         raise ExactLensError(f"cannot compare {what} with the circuit of {against}: they answer different tasks "
-                             f"({task_text(own)} vs {task_text(other)}); --against takes a construction of the "
+                             f"({task_text(own)} vs {task_text(other)}); compare with a construction of the "
                              f"target's task")
 
 
@@ -166,7 +171,9 @@ def overlap(found: Discovery, circuit: Circuit, graph: ModelGraph, against: str)
     reachable = max(edges["truth_with_counterpart"], edges["between_components"]["truth_with_counterpart"])
     head = {"comparable": reachable > 0, "against": against,
             "mapping": "layer and head index"}  # exactlens diff matches heads by attention
-    if not reachable:
+    if not edges["truth"]:
+        head["reason"] = f"the circuit of {against} has no edge that this ablation can move: nothing to compare"
+    elif not reachable:
         head["reason"] = (f"no edge of the circuit of {against} has a counterpart in the target's graph "
                           f"(nodes {graph.nodes} vs {circuit.graph.nodes})")
     return {**head, "circuit_edges": edges["truth"], "selected_edges": edges["found"], "shared_edges": edges["shared"],

@@ -3,8 +3,8 @@ precision and recall of the edges it selects at its own threshold (InterpBench's
 best cut its scores allow (the F1-best threshold, found with the truth: where the method's own cut
 should have sat).
 
-Positives are the circuit's edges that an ablation can observe: ``constant`` edges (their activation
-is the same for every word, so a resample or mean ablation cannot move them) are left out of both
+Positives are the circuit's edges that the ablation can observe: ``constant`` edges (the ablation
+used cannot move their activation; exactlens.analysis.circuit.ablation.mark_constant) are left out of both
 classes and counted. Node-level scores are compared with the circuit's nodes the same way (a node is
 positive when it sends an observable circuit edge). Scores below 1e-9 of the top one count as 0
 (``resolved``: rounding residue must not rank).

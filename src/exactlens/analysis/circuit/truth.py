@@ -13,9 +13,10 @@ and each receiver *reads* can be read off the weights:
 
 An edge is in the circuit when its sender writes a feature its receiver reads and the receiver is
 *live* (some path of circuit edges leads from it to the output); the edge carries those features.
-Edges whose carried activation is the same for every word of a length (e.g. the [CLS] indicator, the
-"one" direction) are in the circuit but marked ``constant``: a mean or resample ablation cannot move
-them, only a zero ablation can.
+Edges that the ablation in use cannot move are in the circuit but marked ``constant``
+(exactlens.analysis.circuit.ablation.mark_constant): under resample or mean ablation those whose
+carried activation is the same for every word of a length (the [CLS] indicator, the "one" direction,
+i/n), under cross-length ablation those equal to their aligned source.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class CircuitEdge:
     edge: Edge
     features: tuple[str, ...]  # residual labels the edge carries
     through_norm: bool  # the receiver reads it through a layer norm (it reads every feature)
-    constant: bool | None = None  # the carried activation is the same for every word (None: not measured)
+    constant: bool | None = None  # the ablation in use cannot move the carried activation (None: not measured)
 
     def to_dict(self) -> dict:
         return {"edge": self.edge.name, "sender": self.edge.sender, "receiver": self.edge.target,
