@@ -15,6 +15,7 @@ from exactlens.analysis.circuit.evaluate import (
     circuit_report,
     default_lengths,
     discover_report,
+    shared_longest,
     source_length,
     word_batches,
 )
@@ -251,6 +252,11 @@ def test_cross_length_sources_stay_within_what_the_model_answers():
     parity = build("parity", dtype="float64")
     one_word = word_batches(parity, model_graph(parity, "head"), [0, 2], words=4, ablation="cross-length")
     assert [int(b.tokens.shape[0]) for b in one_word] == [1, 4]  # the empty word reads a word of length 1
+    # two models compared on the same words read the same sources: the shorter limit of the two holds
+    assert shared_longest(model, parity) == 50 and shared_longest(parity, parity) is None
+    (capped,) = word_batches(parity, model_graph(parity, "head"), [3], words=8, ablation="cross-length", longest=3)
+    (free,) = word_batches(parity, model_graph(parity, "head"), [3], words=8, ablation="cross-length")
+    assert not torch.equal(capped.source["L0.H0"], free.source["L0.H0"])  # length-2 sources, not length-4
 
 
 def test_auroc_and_roc_against_brute_force():

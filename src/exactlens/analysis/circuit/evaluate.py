@@ -38,18 +38,20 @@ def default_lengths(task) -> list[int]:
 
 
 def word_batches(model, graph: ModelGraph, lengths: Sequence[int] | None = None, words: int = DEFAULT_WORDS,
-                 seed: int = 0, ablation: str = "resample") -> list[Batch]:
+                 seed: int = 0, ablation: str = "resample", longest: int | None = None) -> list[Batch]:
     """One batch per length: every word when there are at most ``words``, else ``words`` sampled
     ones. Resample and mean ablation skip lengths with a single word (they need another word of the
-    length); a cross-length ablation's source words have length n + 1 (n - 1 at the longest length
-    the model answers), drawn the same way."""
+    length); a cross-length ablation's source words have length n + 1 (n - 1 at ``longest``, default
+    the longest length the model answers; two models compared on the same words pass the shorter of
+    theirs, so that both read the same sources), drawn the same way."""
     task = task_reader(model).task
     if isinstance(words, bool) or not isinstance(words, int) or words < 2:
         raise ExactLensError(f"words per length must be an integer >= 2, got {words!r}")
     lengths = default_lengths(task) if lengths is None else list(lengths)
     if not lengths:
         raise ExactLensError("give at least one length")
-    longest = longest_length(model)
+    own = longest_length(model)
+    longest = own if longest is None else (longest if own is None else min(longest, own))
 
     def draw(length: int) -> torch.Tensor:
         return task.words(length, words, torch.Generator().manual_seed(seed + length), exhaustive_limit=words)[0]
@@ -65,6 +67,12 @@ def word_batches(model, graph: ModelGraph, lengths: Sequence[int] | None = None,
     if not batches:
         raise ExactLensError(f"no length in {lengths} has two or more words of {task.name}; give longer lengths")
     return batches
+
+
+def shared_longest(a, b) -> int | None:
+    """The longest length both models answer (None: any)."""
+    known = [n for n in (longest_length(a), longest_length(b)) if n is not None]
+    return min(known) if known else None
 
 
 def source_length(task, length: int, longest: int | None = None) -> int:
@@ -129,7 +137,8 @@ def discover_report(target: Any, method: str, *, granularity: str = "head", agai
     elif info["kind"] == "construction":
         truth_model = model
     graph = model_graph(model, granularity)
-    batches = word_batches(model, graph, lengths, words, seed, ablation)
+    batches = word_batches(model, graph, lengths, words, seed, ablation,
+                           None if truth_model is None else shared_longest(model, truth_model))
     found = discover(model, graph, batches, method, threshold)
     result: dict[str, Any] = {
         "target": info, "model": model.cfg.model_name, "method": method, "granularity": granularity,
@@ -143,7 +152,8 @@ def discover_report(target: Any, method: str, *, granularity: str = "head", agai
         circuit = mark_constant(derive_circuit(model, granularity), batches, model)
         result["score"] = score_discovery(found, circuit).to_dict()
     elif truth_model is not None:
-        truth_batches = word_batches(truth_model, model_graph(truth_model, granularity), lengths, words, seed, ablation)
+        truth_batches = word_batches(truth_model, model_graph(truth_model, granularity), lengths, words, seed, ablation,
+                                     shared_longest(model, truth_model))
         circuit = mark_constant(derive_circuit(truth_model, granularity), truth_batches, truth_model)
         result["overlap"] = overlap(found, circuit, graph, against)
     return result

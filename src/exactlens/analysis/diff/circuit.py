@@ -16,7 +16,7 @@ from typing import Any
 from exactlens.analysis.circuit.ablation import ABLATIONS, mark_constant, model_reader
 from exactlens.analysis.circuit.correspond import compare_with_circuit
 from exactlens.analysis.circuit.discovery import METHODS, discover
-from exactlens.analysis.circuit.evaluate import word_batches
+from exactlens.analysis.circuit.evaluate import shared_longest, word_batches
 from exactlens.analysis.circuit.graph import GRANULARITIES, model_graph
 from exactlens.analysis.circuit.scoring import score_discovery
 from exactlens.analysis.circuit.truth import derive_circuit
@@ -46,10 +46,10 @@ def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
                           f"model is a {type(trained).__name__}"}
     t_graph, e_graph = model_graph(trained, granularity), model_graph(exact, granularity)
     try:  # the same words for both models: the task's words per length, drawn with the same seed
-        t_batches = word_batches(trained, t_graph, lengths, words, seed, ablation)
+        t_batches = word_batches(trained, t_graph, lengths, words, seed, ablation, shared_longest(trained, exact))
     except ExactLensError as error:  # e.g. no length with two words to resample from
         return {**head, "available": False, "reason": str(error)}
-    e_batches = word_batches(exact, e_graph, lengths, words, seed, ablation)
+    e_batches = word_batches(exact, e_graph, lengths, words, seed, ablation, shared_longest(trained, exact))
     truth = mark_constant(derive_circuit(exact, granularity), e_batches, exact)
     found = discover(trained, t_graph, t_batches, method)
     check = score_discovery(discover(exact, e_graph, e_batches, method), truth).to_dict()
