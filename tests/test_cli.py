@@ -155,7 +155,7 @@ def test_main_list_text_and_json(capsys):
     (["verify", "parity", "--strings", "0", "--lengths", "20", "--json"], "strings", False),
     (["precision", "nope", "--json"], "nope", True),
     (["precision", "first", "--param", "c=0", "--json"], "c must be", True),
-    (["precision", "first", "--max-length", "0", "--json"], "max_length", False),
+    (["precision", "first", "--max-length", "0", "--json"], "max-length", False),
 ])
 def test_main_bad_input_exits_2(capsys, argv, needle, one_line):
     assert main(argv) == 2

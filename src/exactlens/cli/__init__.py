@@ -1,47 +1,26 @@
-"""The ``exactlens`` command. With --json, stdout carries exactly one JSON object; progress and
-messages go to stderr. Verbs are registered with ``register_verb`` (exactlens.cli.registry): the
-core's here, a plug-in's from its ``register()``; bad input gives exit status 2 and one line
-naming the problem.
+"""The ``exactlens`` command, generated from the verbs' declarations (exactlens.verbs): each verb's flags
+come from its request (exactlens.requests), its output from its result's view. With --json, stdout
+carries exactly one JSON object; progress and messages go to stderr; bad input gives exit status 2 and
+one line naming the problem. The global options (--quiet, --debug) may stand before or after the verb.
 
-``exactlens --help`` and ``exactlens list`` answer without importing torch: a verb module imports
-only argparse and exactlens's light modules at its top (its ``run``, and its ``add_arguments`` where
-they need more, import the rest), only the verb being run gets its arguments added, and plug-ins
+``exactlens --help`` and ``exactlens list`` answer without importing torch: verb modules are light at
+import (their ``run`` imports the rest), only the verb being run gets its arguments added, and plug-ins
 register names and light facts (exactlens.plugins.lazy)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-from exactlens.cli.registry import VERBS, Verb, register_verb
 from exactlens.errors import ExactLensError
 from exactlens.progress import set_quiet
+from exactlens.verbs import VERBS, Verb, VerbSpec, load_core_verbs, messages_on, register_verb
 from exactlens.version import __version__
 
 __all__ = ["Verb", "build_parser", "main", "register_verb"]
 
-
-CORE_VERB_MODULES = (
-    "exactlens.cli.listing",
-    "exactlens.cli.verify",
-    "exactlens.cli.precision",
-    "exactlens.cli.train",
-    "exactlens.cli.diff",
-    "exactlens.cli.hull",
-    "exactlens.cli.circuit",
-    "exactlens.cli.discover",
-    "exactlens.cli.report",
-)
-"""The core's verb modules; each registers its verb when imported. A verb module must stay light at
-import (tests/test_cli.py checks that ``--help`` and ``list`` import no torch)."""
-
-
-def _load_core_verbs() -> None:
-    """The core's verbs register themselves when their modules are imported (here, not at import of
-    exactlens.cli, so that ``exactlens --version`` answers without loading anything)."""
-    for module in CORE_VERB_MODULES:
-        importlib.import_module(module)
+GLOBAL_FLAGS = ("--quiet", "--debug")
+"""Options of ``exactlens`` itself that take no value: accepted before or after the verb."""
 
 
 def _chosen_verb(argv: list[str] | None) -> str | None:
@@ -51,22 +30,55 @@ def _chosen_verb(argv: list[str] | None) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
-def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The parser of every verb; given ``argv``, only the verb it names gets its arguments (a verb's
-    arguments may import what the verb needs: ``exactlens --help`` imports none of them)."""
-    _load_core_verbs()
-    chosen = _chosen_verb(argv)
-    parser = argparse.ArgumentParser(prog="exactlens", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--debug", action="store_true", help="show Python tracebacks (for bug reports)")
-    parser.add_argument("--version", action="version", version=f"exactlens {__version__}")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars (they go to stderr, only to a terminal)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for verb in sorted(VERBS.values(), key=lambda v: (v.order, v.name)):
-        p = sub.add_parser(verb.name, help=verb.help, description=verb.description or verb.help)
-        if argv is None or verb.name == chosen:
+def _add_verb(sub: argparse._SubParsersAction, verb: VerbSpec | Verb, with_arguments: bool) -> None:
+    p = sub.add_parser(verb.name, help=verb.help, description=verb.description or verb.help)
+    if isinstance(verb, Verb):  # a plug-in's verb in the older form: its own argparse and run(args)
+        if with_arguments:
             verb.add_arguments(p)
         p.set_defaults(func=verb.run)
+        return
+    if with_arguments:
+        from exactlens.requests import add_arguments
+
+        add_arguments(p, verb.request)
+        if verb.json:
+            p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    for flag in GLOBAL_FLAGS:  # also after the verb; stripped from argv before parsing
+        p.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=lambda args, spec=verb: _run_spec(spec, args))
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every verb; given ``argv``, only the verb it names gets its arguments (a verb's
+    arguments may need registries that load plug-ins: ``exactlens --help`` adds none of them)."""
+    load_core_verbs()
+    chosen = _chosen_verb(argv)
+    parser = argparse.ArgumentParser(prog="exactlens", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks (for bug reports; also after "
+                        "the verb)")
+    parser.add_argument("--version", action="version", version=f"exactlens {__version__}")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars (they go to stderr, only to a "
+                        "terminal; also after the verb)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for verb in sorted((v for v in VERBS.values() if getattr(v, "cli", True)), key=lambda v: (v.order, v.name)):
+        _add_verb(sub, verb, argv is None or verb.name == chosen)
     return parser
+
+
+def _run_spec(spec: VerbSpec, args: argparse.Namespace) -> None:
+    """One verb from its declaration: the request from the flags, the work, the result printed (JSON or
+    text), then the verb's ``after`` (a page to write); a result's ``failure`` exits 2 after printing."""
+    from exactlens.cli.common import emit
+    from exactlens.requests import from_namespace
+
+    request = from_namespace(spec.request, args)
+    result = spec.run(request)
+    emit(result.to_dict(), getattr(args, "json", False), result.text())
+    sys.stdout.flush()
+    if spec.after is not None:
+        spec.after(request, result, True)
+    if getattr(result, "failure", None):
+        raise ExactLensError(result.failure)
 
 
 EXIT_BAD_INPUT = 2
@@ -97,9 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"exactlens {__version__}")
         return 0
     debug = "--debug" in argv
+    quiet = "--quiet" in argv
+    argv = [word for word in argv if word not in GLOBAL_FLAGS]
     try:
         args = build_parser(argv).parse_args(argv)
-        set_quiet(args.quiet)
+        set_quiet(quiet)
+        messages_on(True)
         args.func(args)
     except KeyboardInterrupt:
         if debug:
@@ -115,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"exactlens: error: {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    finally:
+        messages_on(False)
     return 0
 
 

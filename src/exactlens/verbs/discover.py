@@ -1,4 +1,4 @@
-"""`exactlens discover TARGET --method patching|eap|acdc [--against NAME] [--json]`: circuit discovery.
+"""``exactlens discover TARGET --method patching|eap|acdc [--against NAME]``: circuit discovery.
 
 Runs a discovery method on the edge graph (exactlens.analysis.circuit.discovery): node-level
 activation patching, edge attribution patching, or ACDC-style pruning. A construction is scored
@@ -12,14 +12,37 @@ between components (post-LN norm chains joined), so depth, heads and layer norms
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from typing import Any
 
-from exactlens.cli.circuit import circuit_arguments
-from exactlens.cli.common import emit, progress
-from exactlens.cli.registry import Verb, register_verb
+from exactlens.requests import Choice, Float, Text, option
+from exactlens.results import Result, View
+from exactlens.verbs import VerbSpec, register_verb, tell
+from exactlens.verbs.circuit import EdgeOptions
+from exactlens.verbs.common import pyplot
 
-__all__ = ["format_discover_text", "run"]
+__all__ = ["DiscoverRequest", "format_discover_text", "run"]
+
+
+@dataclass(frozen=True)
+class DiscoverRequest(EdgeOptions):
+    method: str = option("acdc", kind=Choice(("patching", "eap", "acdc")), required_on_cli=True,
+                         api_positional=True, help="the discovery method")
+    against: str | None = option(None, kind=Text(), metavar="NAME",
+                                 help="compare with this construction's circuit (default: the target's own, for a "
+                                      "construction)")
+    threshold: float | None = option(None, kind=Float(0.0), help="the method's cut (default: patching/acdc 1e-3 "
+                                     "divergence, eap 1e-2 of the top score)")
+
+
+def run(request: DiscoverRequest) -> Result:
+    from exactlens.analysis.circuit.evaluate import discover_report
+
+    tell(f"discover: {request.method} on {request.target}")
+    return Result("discover", discover_report(
+        request.target, request.method, granularity=request.granularity, against=request.against,
+        threshold=request.threshold, lengths=request.lengths, words=request.words, seed=request.seed,
+        ablation=request.ablation))
 
 
 def _f(x: float | None) -> str:
@@ -62,25 +85,35 @@ def format_discover_text(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> None:
-    from exactlens.analysis.circuit.evaluate import discover_report
-
-    progress(f"discover: {args.method} on {args.target}")
-    result = discover_report(args.target, args.method, granularity=args.granularity, against=args.against,
-                             threshold=args.threshold, lengths=args.lengths, words=args.words, seed=args.seed,
-                             ablation=args.ablation)
-    emit(result, args.json, format_discover_text(result))
-
-
-def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="NAME | CHECKPOINT_DIR", help="a construction name or a checkpoint directory")
-    p.add_argument("--method", required=True, choices=["patching", "eap", "acdc"], help="the discovery method")
-    p.add_argument("--against", default=None, metavar="NAME",
-                   help="compare with this construction's circuit (default: the target's own, for a construction)")
-    p.add_argument("--threshold", type=float, default=None,
-                   help="the method's cut (default: patching/acdc 1e-3 divergence, eap 1e-2 of the top score)")
-    circuit_arguments(p)
+def headline(d: dict[str, Any]) -> list[tuple[str, Any]]:
+    rows = [("method", d["method"]), ("selected edges", f"{len(d['selected'])} of {len(d['edges'])}")]
+    if "score" in d:
+        rows += [("edge AUROC", d["score"]["edge_auroc"]), ("node AUROC", d["score"]["node_auroc"]),
+                 ("precision", d["score"]["precision"]), ("recall", d["score"]["recall"])]
+    overlap = d.get("overlap")
+    if overlap and overlap.get("comparable"):
+        rows += [("against", overlap["against"]), ("edge jaccard", overlap["jaccard"]),
+                 ("jaccard between components", overlap["edges"]["between_components"]["jaccard"]),
+                 ("node jaccard", overlap["nodes"]["jaccard"])]
+    elif overlap:
+        rows.append(("against", overlap["reason"]))
+    return rows + [("seconds", d["seconds"])]
 
 
-register_verb(Verb("discover", "circuit discovery (patching, EAP, ACDC) scored against the ground truth",
-                   arguments, run, description=__doc__.split("\n\n")[1], order=75))
+def plot(result: Result) -> Any:
+    if "score" not in result:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(3.6, 3.2))
+    roc = result["score"]["roc"]
+    ax.plot([p[0] for p in roc], [p[1] for p in roc], drawstyle="steps-post", marker=".")
+    ax.plot([0, 1], [0, 1], color="#bbb", lw=0.8)
+    ax.set_xlabel("false-positive rate")
+    ax.set_ylabel("true-positive rate")
+    ax.set_title(f"{result['method']} on {result['model']}: AUROC {_f(result['score']['edge_auroc'])}", fontsize=9)
+    return fig
+
+
+register_verb(VerbSpec("discover", "circuit discovery (patching, EAP, ACDC) scored against the ground truth",
+                       DiscoverRequest, run, views={"discover": View(headline, format_discover_text, plot)},
+                       description=__doc__.split("\n\n")[1], order=75))

@@ -1,0 +1,88 @@
+"""``exactlens circuit NAME|CHECKPOINT_DIR``: the ground-truth circuit.
+
+The circuit is read off the weights (exactlens.analysis.circuit.truth): the edges whose sender
+writes a residual feature its receiver reads, with the features each carries. On the task's words
+(every word of each length up to --words) it marks the edges that the ablation cannot move
+(`constant`: under resample or mean those the same for every word of a length, under cross-length
+those equal to their aligned source) and checks the circuit by resample (mean, cross-length) ablation:
+ablating every edge outside it should change no decision, ablating one edge inside it should change
+some (the edges where none changes are listed as `unnecessary`: redundant paths).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from exactlens.requests import Bool, Choice, Int, Lengths, option
+from exactlens.results import Result, View
+from exactlens.verbs import VerbSpec, register_verb, tell
+
+__all__ = ["CircuitRequest", "EdgeOptions", "format_circuit_text", "run"]
+
+
+@dataclass(frozen=True)
+class EdgeOptions:
+    """The options `circuit` and `discover` share (the target first, then each verb's own after these)."""
+
+    target: Any = option(positional=True, metavar="NAME | CHECKPOINT_DIR",
+                         help="a construction name, a checkpoint directory (or, in Python, a model)")
+    granularity: str = option("head", kind=Choice(("head", "qkv")),
+                              help="edges into whole heads, or into their queries, keys and values separately "
+                                   "(default head)")
+    lengths: list | None = option(None, kind=Lengths(1), nargs="+", metavar="L",
+                                  help="word lengths to run (default: the task's shortest and the next five)")
+    words: int = option(64, kind=Int(1), help="words per length: all of them when there are at most this many "
+                        "(default 64)")
+    ablation: str = option("resample", kind=Choice(("resample", "mean", "cross-length")),
+                           help="an ablated edge reads another word's activation (resample), the mean, or a word of "
+                                "another length's at the aligned position (cross-length: sees values that are the "
+                                "same for every word of a length, such as the length itself); default resample")
+    seed: int = option(0, kind=Int(0), help="seed of the sampled words, the resample order and the cross-length "
+                       "pairing")
+
+
+@dataclass(frozen=True)
+class CircuitRequest(EdgeOptions):
+    check: bool = option(True, kind=Bool(), flag="--no-check", negate=True,
+                         help="skip the ablation check (circuit and constants only)")
+
+
+def run(request: CircuitRequest) -> Result:
+    from exactlens.analysis.circuit.evaluate import circuit_report
+    from exactlens.viz.circuit import circuit_svg
+
+    tell(f"circuit: deriving the circuit of {request.target}")
+    data = circuit_report(request.target, granularity=request.granularity, lengths=request.lengths,
+                          words=request.words, seed=request.seed, ablation=request.ablation, check=request.check)
+    return Result("circuit", data, svg=circuit_svg(data))
+
+
+def format_circuit_text(result: dict[str, Any]) -> str:
+    lines = [f"{result['model']}: {result['n_circuit_edges']} of {result['n_edges']} edges in the circuit "
+             f"({result['granularity']} granularity; words of lengths {result['lengths']})",
+             "  edge                          constant  features"]
+    for e in result["edges"]:
+        const = {True: "yes", False: "no", None: "-"}[e["constant"]]
+        feats = ", ".join(e["features"][:6]) + (" ..." if len(e["features"]) > 6 else "")
+        lines.append(f"  {e['edge']:<30}{const:<10}{feats}" + ("  (through layer norm)" if e["through_norm"] else ""))
+    check = result.get("check")
+    if check:
+        lines.append(f"{result['ablation']} ablation on {check['n_words']} words: every edge outside the circuit "
+                     f"ablated changes {check['outside_changed']} decisions; edges inside whose ablation alone "
+                     f"changes none: {', '.join(check['unnecessary']) or 'none'}")
+    return "\n".join(lines)
+
+
+def headline(d: dict[str, Any]) -> list[tuple[str, Any]]:
+    rows = [("circuit edges", f"{d['n_circuit_edges']} of {d['n_edges']}"),
+            ("constant edges", sum(1 for e in d["edges"] if e["constant"]))]
+    if "check" in d:
+        rows += [("decisions changed, outside ablated", d["check"]["outside_changed"]),
+                 ("unnecessary circuit edges", ", ".join(d["check"]["unnecessary"]) or "none")]
+    return rows
+
+
+register_verb(VerbSpec("circuit", "the ground-truth circuit of a construction, checked by edge ablation",
+                       CircuitRequest, run, views={"circuit": View(headline, format_circuit_text)},
+                       description=__doc__.split("\n\n")[1], order=70))
