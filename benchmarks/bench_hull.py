@@ -12,7 +12,7 @@ Runs, in one process:
 ``--quick`` uses smaller sizes (n = 256 in d = 8, n = 5000 in d = 64) for a smoke run.
 ``--threads`` sets numpy's BLAS threads (OPENBLAS/OMP/MKL_NUM_THREADS, default 1, before numpy
 loads). The check runs its large matrix products on one thread whatever this says
-(``hull_scores.THREADS``): on a loaded machine a multi-threaded BLAS spins on cores that other
+(``hull_products.THREADS``): on a loaded machine a multi-threaded BLAS spins on cores that other
 processes hold; HiGHS, which the naive method runs on, is single-threaded.
 
 Usage: PYTHONPATH=src python benchmarks/bench_hull.py [--quick] [--seed 0] [--repeats 5] [--threads 1]

@@ -18,13 +18,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scipy.spatial import ConvexHull
 
-from exactlens.analysis import hull, hull_fast
+from exactlens.analysis import hull_fast
 from exactlens.analysis.hull import (
     SelectabilityResult,
     layer_norm_geometric,
     layer_norm_projection,
     selectable_keys,
 )
+from exactlens.analysis.hull_solver import HullSolver
 from exactlens.errors import ExactLensError
 
 EPS64 = np.finfo(np.float64).eps
@@ -149,9 +150,9 @@ def test_fast_uses_few_lps_on_normal_keys():
 def test_naive_queries_come_from_the_lp_dual(monkeypatch):
     """The HiGHS marginals must already certify selectable keys (no second, separation LP)."""
     calls = []
-    original = hull._Solver._separation_lp
+    original = HullSolver.separation_lp
     monkeypatch.setattr(
-        hull._Solver, "_separation_lp", lambda self, i, others: calls.append(i) or original(self, i, others)
+        HullSolver, "separation_lp", lambda self, i, others: calls.append(i) or original(self, i, others)
     )
     keys = np.random.default_rng(23).standard_normal((60, 4))
     res = selectable_keys(keys, method="naive")

@@ -1,6 +1,6 @@
 """The fast unselectable-keys check, piece by piece (exactlens.analysis.hull_fast, hull_gram, hull_scores,
-hull_columns): each piece against an independent reference, and the whole against the naive LP with
-its blocks and tiles shrunk so that every boundary between them is crossed."""
+hull_columns, working on a hull_solver.HullSolver): each piece against an independent reference, and the
+whole against the naive LP with its blocks and tiles shrunk so that every boundary between them is crossed."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 from test_hull import assert_certificates, check_both
 
 from exactlens import progress
-from exactlens.analysis import hull, hull_columns, hull_fast, hull_gram, hull_scores
+from exactlens.analysis import hull_columns, hull_fast, hull_gram, hull_products, hull_scores
 from exactlens.analysis.hull import layer_norm_geometric, selectable_keys
+from exactlens.analysis.hull_solver import HullSolver
 
 # ----------------------------------------------------------------------------- duplicates
 
@@ -112,7 +113,7 @@ def test_nearest_are_the_nearest_other_keys(d):
     rng = np.random.default_rng(d)
     keys = rng.standard_normal((80, d))
     keys = np.vstack([keys, keys[:5]])  # twins at distance 0
-    solver = hull._Solver(keys, 1e-9)
+    solver = HullSolver(keys, 1e-9)
     rows = np.arange(0, 85, 3)
     k = 6
     nb = hull_scores.nearest(solver, rows, k)
@@ -157,10 +158,10 @@ def test_near_duplicates_go_through_small_lps_that_agree_with_the_full_lp(monkey
     base = rng.standard_normal((60, 4))
     keys = np.vstack([base, base[:30] + 1e-7 * rng.standard_normal((30, 4))])
     full_lps = []
-    real = hull._Solver.decide_by_lp
-    monkeypatch.setattr(hull._Solver, "decide_by_lp", lambda self, i: full_lps.append(i) or real(self, i))
+    real = HullSolver.decide_by_lp
+    monkeypatch.setattr(HullSolver, "decide_by_lp", lambda self, i: full_lps.append(i) or real(self, i))
     fast = selectable_keys(keys)
-    monkeypatch.setattr(hull._Solver, "decide_by_lp", real)
+    monkeypatch.setattr(HullSolver, "decide_by_lp", real)
     naive = selectable_keys(keys, method="naive")
     np.testing.assert_array_equal(fast.selectable, naive.selectable)
     assert_certificates(keys, fast)
@@ -203,9 +204,9 @@ def test_products_run_on_the_set_threads_and_restore_torch_s_count(monkeypatch):
     import torch
 
     original = torch.get_num_threads()
-    monkeypatch.setattr(hull_scores, "THREADS", 1)
+    monkeypatch.setattr(hull_products, "THREADS", 1)
     seen = []
-    real = hull_scores.product_t
+    real = hull_products.product_t
     monkeypatch.setattr(hull_gram, "product_t", lambda a, b: seen.append(torch.get_num_threads()) or real(a, b))
 
     def boom(s, show):

@@ -54,7 +54,7 @@ Methods:
   neither passes its check (keys within ~1e-9 of the tolerance, near-duplicates), a separation LP
   for the query and NNLS over all other keys for the weights are tried before the LP optimum
   decides; HiGHS's dual simplex, which can stall at these tolerances, is backed by its
-  interior-point method. It is the reference.
+  interior-point method. It is the reference (``hull_solver.HullSolver.decide_by_lp``).
 * ``"fast"`` (default): the same decisions with far fewer and far smaller solves, every key
   certified against all keys (module ``hull_fast``, which lists the stages). In short: exact
   duplicates; every key along its own centred vector, in one symmetric Gram matrix computed in
@@ -74,15 +74,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.optimize
 import scipy.sparse
 import torch
 
 from exactlens.analysis import hull_fast
-from exactlens.analysis.hull_scores import SELECTABLE as _SELECTABLE
-from exactlens.analysis.hull_scores import UNDECIDED as _UNDECIDED
-from exactlens.analysis.hull_scores import UNSELECTABLE as _UNSELECTABLE
-from exactlens.analysis.hull_scores import scores_along, threads_for_products
+from exactlens.analysis.hull_products import threads_for_products
+from exactlens.analysis.hull_solver import SELECTABLE, UNDECIDED, HullSolver
 from exactlens.errors import ExactLensError
 from exactlens.progress import bar
 from exactlens.resources import check_work
@@ -97,9 +94,6 @@ __all__ = [
 ]
 
 METHODS = ("fast", "naive")
-
-_HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
-_RANK_RTOL = 1e-10  # singular values below this fraction of the largest span no key difference
 
 
 # ----------------------------------------------------------------------------- results
@@ -225,279 +219,43 @@ def _as_float_array(x: Any, name: str, ndims: tuple[int, ...]) -> np.ndarray:
     return arr
 
 
-# ----------------------------------------------------------------------------- solver
+# ----------------------------------------------------------------------------- running
 
 
-class _Solver:
-    """State shared by both methods.
-
-    Internally the keys are centred and divided by their spread u (max abs entry after centring),
-    so every LP and NNLS sees entries in [-1, 1]; the user's tolerance tol * s (s = max |k_ij|)
-    becomes ``self.tol = tol * s / u`` in these units. Margins and residuals are reported in the
-    keys' own units (times u).
-    """
-
-    def __init__(self, keys: np.ndarray, tol: float):
-        self.n, self.d = keys.shape
-        self.rel_tol = tol
-        self.scale = float(np.abs(keys).max())
-        self.center = keys.mean(axis=0)
-        centred = keys - self.center
-        self.unit = float(np.abs(centred).max())
-        if self.unit > 0:
-            self.tol = tol * self.scale / self.unit
-            self.Y = centred / self.unit
-            # The singular values and right singular vectors of Y are those of R in Y = QR (d x d at most).
-            r = torch.linalg.qr(torch.from_numpy(self.Y), mode="r").R.numpy()  # torch: its threads can be set
-            _, sv, vt = np.linalg.svd(r, full_matrices=False)
-            self.basis = vt[: int(np.count_nonzero(sv > sv[0] * _RANK_RTOL))]
-        else:  # all keys equal
-            self.tol = math.inf
-            self.Y = centred
-            self.basis = np.zeros((0, self.d))
-        self.raw = keys  # directions from the origin (only their direction matters)
-        self.state = np.full(self.n, _UNDECIDED, dtype=np.int8)
-        self.duplicate = np.zeros(self.n, dtype=bool)  # equal to another key (set by the fast method)
-        self.queries = np.zeros((self.n, self.d))
-        self.margins = np.full(self.n, np.nan)
-        self.residuals = np.full(self.n, np.nan)
-        self.support: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.stats = {"duplicates": 0, "directions": 0, "working_set": 0, "lp": 0, "boundary": 0}
-        self._stage = "lp"
-
-    # --------------------------------------------------------------- recording
-
-    def _set_selectable(self, i: int, q: np.ndarray, stage: str) -> None:
-        """Record q (any norm) as key i's query; margin in the keys' units for the unit query."""
-        norm = float(np.linalg.norm(q))
-        self.state[i] = _SELECTABLE
-        self.queries[i] = q / norm
-        self.margins[i] = self._lead(i, q) / norm * self.unit
-        self.stats[stage] += 1
-
-    def set_selectable_many(self, rows: np.ndarray, queries: np.ndarray, leads: np.ndarray, stage: str) -> None:
-        """Record queries[k] (any norm) for key rows[k] with its lead q.y_i - max_{j != i} q.y_j (internal units)."""
-        norms = np.linalg.norm(queries, axis=1)
-        self.state[rows] = _SELECTABLE
-        self.queries[rows] = queries / norms[:, None]
-        self.margins[rows] = leads / norms * self.unit
-        self.stats[stage] += int(rows.size)
-
-    def _set_unselectable(self, i: int, idx: np.ndarray, lam: np.ndarray, res: float, stage: str) -> None:
-        self.state[i] = _UNSELECTABLE
-        self.support[i] = (idx, lam)
-        self.residuals[i] = res * self.unit
-        self.stats[stage] += 1
-
-    # --------------------------------------------------------------- certificates
-
-    def _lead(self, i: int, q: np.ndarray) -> float:
-        """q.y_i - max_{j != i} q.y_j in internal units."""
-        scores = scores_along(self.Y, q)
-        own = scores[i]
-        scores[i] = -np.inf
-        return float(own - scores.max())
-
-    def _try_direction(self, i: int, q: np.ndarray) -> bool:
-        """Certify key i with q or its projection on the keys' span, if the l1-normalised lead > tol."""
-        candidates = [self.basis.T @ (self.basis @ q), q] if self.basis.shape[0] < self.d else [q]
-        for cand in candidates:
-            l1 = float(np.abs(cand).sum())
-            if l1 > 0 and np.isfinite(l1) and self._lead(i, cand) > self.tol * l1:
-                self._set_selectable(i, cand, self._stage)
-                return True
-        return False
-
-    def _weights(self, i: int, idx: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """Clip, renormalise and (if needed) polish convex weights; return them with their residual."""
-        lam = np.clip(np.asarray(lam, dtype=np.float64), 0.0, None)
-        total = lam.sum()
-        if not total > 0:
-            return idx[:0], lam[:0], math.inf
-        keep = lam > 0
-        idx, lam = idx[keep], lam[keep] / total
-        res = float(np.abs(lam @ self.Y[idx] - self.Y[i]).max())
-        if res > 1e-3 * self.tol and idx.size <= 4 * (self.d + 1):
-            # Re-solve on the support: NNLS of [y_i; 1] by [y_j; 1] is exact to rounding there.
-            a = np.vstack([self.Y[idx].T, np.ones(idx.size)])
-            try:
-                mu, _ = scipy.optimize.nnls(a, np.append(self.Y[i], 1.0))
-            except RuntimeError:
-                mu = np.zeros(0)
-            if mu.size and mu.sum() > 0:
-                mu = mu / mu.sum()
-                res2 = float(np.abs(mu @ self.Y[idx] - self.Y[i]).max())
-                if res2 < res:
-                    keep = mu > 0
-                    idx, lam, res = idx[keep], mu[keep], res2
-        return idx, lam, res
-
-    # --------------------------------------------------------------- trivial cases
-
-    def trivial(self) -> bool:
-        """Handle n == 1 and all-equal keys; True if everything is decided."""
-        if self.n == 1:
-            self.state[0] = _SELECTABLE
-            self.queries[0, 0] = 1.0
-            self.margins[0] = math.inf
-            return True
-        if self.unit == 0:  # every key equals every other key: all duplicates
-            for i in range(self.n):
-                self._set_unselectable(i, np.array([1 if i == 0 else 0]), np.ones(1), 0.0, "duplicates")
-            return True
-        return False
-
-    # --------------------------------------------------------------- naive: one LP per key
-
-    def _membership_lp(self, i: int, others: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        """min t s.t. |sum_j lambda_j y_j - y_i| <= t per coordinate, lambda in the simplex over ``others``.
-
-        Returns t* (the l-infinity distance from y_i to conv(others)), the weights and the dual query.
-        """
-        d, Y = self.d, self.Y
-        m = others.size
-        yo_t = Y[others].T
-        cost = np.zeros(m + 1)
-        cost[-1] = 1.0
-        a_ub = np.block([[yo_t, -np.ones((d, 1))], [-yo_t, -np.ones((d, 1))]])
-        b_ub = np.concatenate([Y[i], -Y[i]])
-        a_eq = np.append(np.ones(m), 0.0)[None, :]
-        res = _linprog(cost, a_ub, b_ub, a_eq, np.ones(1), (0, None))
-        marg = np.asarray(res.ineqlin.marginals)
-        return float(res.fun), res.x[:m], marg[:d] - marg[d:]
-
-    def decide_on_subset(self, i: int, others: np.ndarray) -> np.ndarray | None:
-        """The LP over some other keys only; certify key i if its answer holds for all keys.
-
-        Weights over a subset are a certificate for the whole set; the dual query is checked against
-        every key. Returns None if decided, else the dual query (oriented to favour key i over
-        ``others``), whose violators the caller adds to the subset.
-        """
-        self._stage = "lp"
-        try:
-            _, lam, q = self._membership_lp(i, others)
-        except RuntimeError:
-            return np.zeros(self.d)
-        idx, lam, r = self._weights(i, others, lam)
-        if r <= self.tol:
-            self._set_unselectable(i, idx, lam, r, "lp")
-            return None
-        if self._try_direction(i, q) or self._try_direction(i, -q):
-            return None
-        scores = self.Y[others] @ q
-        return q if q @ self.Y[i] - scores.max() >= -q @ self.Y[i] + scores.min() else -q
-
-    def decide_by_lp(self, i: int) -> None:
-        self._stage = "lp"
-        others = np.delete(np.arange(self.n), i)
-        t_star, lam, q = self._membership_lp(i, others)
-        idx, lam, r = self._weights(i, others, lam)
-        if r <= self.tol:
-            self._set_unselectable(i, idx, lam, r, "lp")
-            return
-        if self._try_direction(i, q) or self._try_direction(i, -q):
-            return
-        # The dual query failed its check (and so did the weights): solve for the query directly. Also
-        # when t* <= tol: HiGHS's t* is only as accurate as its tolerances, and a verified query wins.
-        q2 = self._separation_lp(i, others)
-        if q2 is not None and self._try_direction(i, q2):
-            return
-        # And the weights directly: Lawson-Hanson NNLS of [y_i; 1] by [y_j; 1] is exact on its support.
-        a = np.vstack([self.Y[others].T, np.ones(others.size)])
-        try:
-            mu, _ = scipy.optimize.nnls(a, np.append(self.Y[i], 1.0), maxiter=50 * (others.size + self.d + 1))
-        except RuntimeError:
-            mu = np.zeros(others.size)
-        idx2, lam2, r2 = self._weights(i, others, mu)
-        if r2 <= self.tol:
-            self._set_unselectable(i, idx2, lam2, r2, "lp")
-            return
-        # Within solver precision of the tolerance boundary: decide by the LP optimum.
-        self.stats["boundary"] += 1
-        if t_star <= self.tol or not np.any(q):
-            self._set_unselectable(i, idx, lam, r, "lp")
-        else:
-            if self._lead(i, -q) > self._lead(i, q):
-                q = -q
-            self._set_selectable(i, q, "lp")
-
-    def _separation_lp(self, i: int, others: np.ndarray) -> np.ndarray | None:
-        """max m s.t. q.(y_i - y_j) >= m for all j != i, ||q||_1 <= 1 (q = q+ - q-)."""
-        d = self.d
-        diff = self.Y[others] - self.Y[i]
-        m_rows = diff.shape[0]
-        cost = np.zeros(2 * d + 1)
-        cost[-1] = -1.0
-        a_ub = np.vstack(
-            [
-                np.hstack([diff, -diff, np.ones((m_rows, 1))]),
-                np.append(np.ones(2 * d), 0.0)[None, :],
-            ]
-        )
-        b_ub = np.append(np.zeros(m_rows), 1.0)
-        bounds = [(0, None)] * (2 * d) + [(None, None)]
-        try:
-            res = _linprog(cost, a_ub, b_ub, None, None, bounds)
-        except RuntimeError:
-            return None
-        return res.x[:d] - res.x[d : 2 * d]
-
-    def run_naive(self) -> None:
-        for i in bar(range(self.n), desc="hull: one LP per key", unit="key", min_items=PROGRESS_FROM):
-            self.decide_by_lp(i)
-
-    # --------------------------------------------------------------- fast
-
-    def run_fast(self) -> None:
-        hull_fast.run(self)
-
-    # --------------------------------------------------------------- result
-
-    def result(self, method: str) -> SelectabilityResult:
-        assert np.all(self.state != _UNDECIDED)
-        rows: list[np.ndarray] = []
-        cols: list[np.ndarray] = []
-        vals: list[np.ndarray] = []
-        for i, (idx, lam) in self.support.items():
-            rows.append(np.full(idx.size, i, dtype=np.int64))
-            cols.append(idx.astype(np.int64))
-            vals.append(lam)
-        if rows:
-            weights = scipy.sparse.csr_array(
-                (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(self.n, self.n)
-            )
-            weights.sum_duplicates()  # canonical: sorted column indices per row
-        else:
-            weights = scipy.sparse.csr_array((self.n, self.n), dtype=np.float64)
-        return SelectabilityResult(
-            selectable=self.state == _SELECTABLE,
-            queries=self.queries,
-            margins=self.margins,
-            weights=weights,
-            residuals=self.residuals,
-            tolerance=self.rel_tol,
-            scale=self.scale,
-            method=method,
-            stats=dict(self.stats),
-        )
+def _run_naive(solver: HullSolver) -> None:
+    """The naive method: one LP over all other keys per key."""
+    for i in bar(range(solver.n), desc="hull: one LP per key", unit="key", min_items=PROGRESS_FROM):
+        solver.decide_by_lp(i)
 
 
-_LP_ATTEMPTS = (  # tried in turn until one solves; every answer is verified afterwards anyway
-    ("highs", _HIGHS_OPTIONS),
-    ("highs", dict(_HIGHS_OPTIONS, presolve=False)),
-    ("highs-ipm", _HIGHS_OPTIONS),  # the dual simplex can stall at these tolerances on near-duplicate keys
-    ("highs", {}),
-)
-
-
-def _linprog(cost, a_ub, b_ub, a_eq, b_eq, bounds):
-    for method, options in _LP_ATTEMPTS:
-        res = scipy.optimize.linprog(
-            cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method=method, options=options
-        )
-        if res.status == 0:
-            return res
-    raise RuntimeError(f"HiGHS failed on a hull-membership LP: {res.message}")
+def _result(solver: HullSolver, method: str) -> SelectabilityResult:
+    """The solver's decisions (every key decided) as a result, weights as a sparse n x n matrix."""
+    assert np.all(solver.state != UNDECIDED)
+    n = solver.n
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    for i, (idx, lam) in solver.support.items():
+        rows.append(np.full(idx.size, i, dtype=np.int64))
+        cols.append(idx.astype(np.int64))
+        vals.append(lam)
+    if rows:
+        weights = scipy.sparse.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                                         shape=(n, n))
+        weights.sum_duplicates()  # canonical: sorted column indices per row
+    else:
+        weights = scipy.sparse.csr_array((n, n), dtype=np.float64)
+    return SelectabilityResult(
+        selectable=solver.state == SELECTABLE,
+        queries=solver.queries,
+        margins=solver.margins,
+        weights=weights,
+        residuals=solver.residuals,
+        tolerance=solver.rel_tol,
+        scale=solver.scale,
+        method=method,
+        stats=dict(solver.stats),
+    )
 
 
 # ----------------------------------------------------------------------------- public API
@@ -538,13 +296,13 @@ def selectable_keys(keys: np.ndarray | torch.Tensor, *, tol: float = 1e-9, metho
     top = float(np.abs(arr).max())
     exponent = int(np.frexp(top)[1]) if top > 0 else 0
     with threads_for_products():
-        solver = _Solver(np.ldexp(arr, -exponent), tol)
+        solver = HullSolver(np.ldexp(arr, -exponent), tol)
         if not solver.trivial():
             if method == "naive":
-                solver.run_naive()
+                _run_naive(solver)
             else:
-                solver.run_fast()
-    result = solver.result(method)
+                hull_fast.run(solver)
+    result = _result(solver, method)
     return dataclasses.replace(result, margins=np.ldexp(result.margins, exponent),
                                residuals=np.ldexp(result.residuals, exponent), scale=top)
 

@@ -2,7 +2,8 @@
 
 All keys left are worked on in lock-step, so each round scores every candidate query against all
 keys in one matrix product (``hull_scores.score_directions``) instead of one product per key.
-Functions take a ``hull._Solver`` ``s`` (internal keys ``s.Y``, tolerance ``s.tol``).
+Functions take a :class:`~exactlens.analysis.hull_solver.HullSolver` ``s`` (internal keys ``s.Y``,
+tolerance ``s.tol``).
 
 1. Gilbert's algorithm (Frank-Wolfe for the point p_i of conv(others) nearest y_i; Gilbert 1966,
    "An iterative procedure for computing the minimum of a quadratic form on a convex set"): p_i
@@ -11,7 +12,7 @@ Functions take a ``hull._Solver`` ``s`` (internal keys ``s.Y``, tolerance ``s.to
    p_i moves to the point of segment [p_i, w] nearest y_i. A vertex with a clear margin is
    certified within a few rounds. Interior keys get no certificate here, but the winners surround
    them and seed their working sets.
-2. Column generation with non-negative least squares (Lawson-Hanson, ``scipy.optimize.nnls``):
+2. Column generation with non-negative least squares (Lawson-Hanson, ``HullSolver.affine_nnls``):
    per key, [y_i; 1] by the columns [y_j; 1] over a small working set W_i. A zero residual means
    y_i in conv(W_i): the weights certify it unselectable. Otherwise the residual r = (r_y, r_w)
    separates y_i from conv(W_i) (KKT: r_y.y_j + r_w <= 0 on W_i and r_y.y_i + r_w = ||r||^2), so
@@ -26,12 +27,12 @@ Functions take a ``hull._Solver`` ``s`` (internal keys ``s.Y``, tolerance ``s.to
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
-import scipy.optimize
 
-from exactlens.analysis.hull_scores import UNDECIDED, score_directions, scores_along
+from exactlens.analysis.hull_products import scores_along
+from exactlens.analysis.hull_scores import score_directions
+from exactlens.analysis.hull_solver import UNDECIDED, HullSolver
 from exactlens.progress import bar
 
 GILBERT_ROUNDS = 40  # at most; 3 (d + 1) in low dimension
@@ -41,7 +42,7 @@ NEW_COLUMNS = 0.5  # keys joining a working set per round, times d + 1
 LP_ROUNDS = 8  # cutting-plane rounds of the working-set LP before the full LP
 
 
-def gilbert(s: Any, rows: np.ndarray, nb: np.ndarray, rounds: int) -> np.ndarray:
+def gilbert(s: HullSolver, rows: np.ndarray, nb: np.ndarray, rounds: int) -> np.ndarray:
     """Gilbert rounds for all rows at once; returns the winners met (rows x rounds, -1 = none)."""
     Y = s.Y
     p = Y[nb[:, 0]].copy()
@@ -66,25 +67,23 @@ def gilbert(s: Any, rows: np.ndarray, nb: np.ndarray, rounds: int) -> np.ndarray
     return support
 
 
-def _nnls_round(s: Any, rows: list[int], work: dict[int, np.ndarray]) -> tuple[list[int], np.ndarray, np.ndarray]:
+def _nnls_round(s: HullSolver, rows: list[int],
+                work: dict[int, np.ndarray]) -> tuple[list[int], np.ndarray, np.ndarray]:
     """One NNLS per key; certify the keys their working set rebuilds, return the others' residuals."""
     Y, d = s.Y, s.d
     keep, resid, r_w = [], [], []
     accept = 2.0 * math.sqrt(d + 1) * s.tol + 1e-13  # weights within tol (l-inf) give a residual below this
     for i in rows:
         w = work[i]
-        a = np.empty((d + 1, w.size))
-        a[:d] = Y[w].T
-        a[d] = 1.0
         try:
-            lam, rnorm = scipy.optimize.nnls(a, np.append(Y[i], 1.0), maxiter=50 * (w.size + d + 1))
+            lam, rnorm = s.affine_nnls(i, w, maxiter=50 * (w.size + d + 1))
         except RuntimeError:
             continue  # left to the LP
         total = float(lam.sum())
         if total > 0 and rnorm <= accept:
-            idx, lw, res = s._weights(i, w, lam)
+            idx, lw, res = s.convex_weights(i, w, lam)
             if res <= s.tol:
-                s._set_unselectable(i, idx, lw, res, "working_set")
+                s.set_unselectable(i, idx, lw, res, "working_set")
                 continue
         r_y = Y[i] - lam @ Y[w]
         if np.any(r_y):
@@ -96,7 +95,7 @@ def _nnls_round(s: Any, rows: list[int], work: dict[int, np.ndarray]) -> tuple[l
     return keep, np.asarray(resid).reshape(len(keep), d), np.asarray(r_w)
 
 
-def working_sets(s: Any, rows: np.ndarray, nb: np.ndarray, show: bool) -> dict[int, np.ndarray]:
+def working_sets(s: HullSolver, rows: np.ndarray, nb: np.ndarray, show: bool) -> dict[int, np.ndarray]:
     """Gilbert rounds, then NNLS column generation, all keys in lock-step; returns the working sets."""
     d = s.d
     support = gilbert(s, rows, nb, min(GILBERT_ROUNDS, 3 * (d + 1)))
@@ -121,7 +120,7 @@ def working_sets(s: Any, rows: np.ndarray, nb: np.ndarray, show: bool) -> dict[i
     return work
 
 
-def decide_by_small_lps(s: Any, i: int, work: np.ndarray) -> None:
+def decide_by_small_lps(s: HullSolver, i: int, work: np.ndarray) -> None:
     """The LP over a working set, grown by the keys that violate its dual query; the full LP last."""
     Y = s.Y
     for _ in range(LP_ROUNDS):

@@ -2,13 +2,13 @@
 LP per key, with certificates, from batched linear algebra (Brody, Alon & Yahav 2023, §3.2).
 
 Everything works on the solver's internal keys y_i (centred, divided by their spread; see
-``hull._Solver``) and certifies a key only against *all* keys:
+:class:`~exactlens.analysis.hull_solver.HullSolver`) and certifies a key only against *all* keys:
 
 * a *selectable* key i with a direction q: q.y_i - max_{j != i} q.y_j > tol * ||q||_1, the
   maximum over every other key computed in float64 (``hull_scores``; for the first screen, float32
   with a rigorous error bound and the decisive score in float64, ``hull_gram``);
 * an *unselectable* key i with convex weights over other keys that rebuild y_i to within tol in
-  every coordinate (``hull._Solver._weights`` recomputes the residual in float64).
+  every coordinate (``HullSolver.convex_weights`` recomputes the residual in float64).
 
 Stages, cheapest first; each works only on the keys still undecided:
 
@@ -25,30 +25,21 @@ Stages, cheapest first; each works only on the keys still undecided:
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from exactlens.analysis.hull_columns import decide_by_small_lps, working_sets
 from exactlens.analysis.hull_gram import own_direction_leads
-from exactlens.analysis.hull_scores import (
-    UNDECIDED,
-    UNSELECTABLE,
-    block_rows,
-    certify_by_leads,
-    leads,
-    nearest,
-    product_t,
-    project,
-)
+from exactlens.analysis.hull_products import product_t
+from exactlens.analysis.hull_scores import block_rows, certify_by_leads, leads, nearest, project
+from exactlens.analysis.hull_solver import UNDECIDED, HullSolver
 from exactlens.progress import bar, shows
 
 PROGRESS_FROM = 500  # key sets from this size show progress bars
 MAX_RANDOM_DIRECTIONS = 20000
 
 
-def run(s: Any) -> None:
-    """Decide every undecided key of ``s`` (a ``hull._Solver``), cheapest stage first."""
+def run(s: HullSolver) -> None:
+    """Decide every undecided key of ``s``, cheapest stage first."""
     show = shows(s.n, PROGRESS_FROM) is not True  # True: bars off (quiet, or too few keys)
     mark_duplicates(s)
     screen_own_directions(s, show)
@@ -105,7 +96,7 @@ def duplicate_groups(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return dup, first[groups]
 
 
-def mark_duplicates(s: Any) -> None:
+def mark_duplicates(s: HullSolver) -> None:
     """Exact duplicates: weight 1 on a twin (the group's first key; the first key gets the next one)."""
     dup, first = duplicate_groups(s.Y)
     if dup.size == 0:
@@ -113,18 +104,13 @@ def mark_duplicates(s: Any) -> None:
     order = np.lexsort((dup, first))  # by group, then index
     dup, first = dup[order], first[order]
     twins = np.where(first != dup, first, np.roll(dup, -1))  # a group's first key is followed by its second
-    s.state[dup] = UNSELECTABLE
-    s.duplicate[dup] = True
-    s.residuals[dup] = 0.0
-    for i, twin in zip(dup.tolist(), twins.tolist(), strict=True):
-        s.support[i] = (np.array([twin]), np.ones(1))
-    s.stats["duplicates"] += int(dup.size)
+    s.set_duplicates(dup, twins)
 
 
 # ----------------------------------------------------------------------------- screens
 
 
-def screen_own_directions(s: Any, show: bool) -> None:
+def screen_own_directions(s: HullSolver, show: bool) -> None:
     """Each key along its own centred vector (Gram matrix), then along its raw vector."""
     rows = np.flatnonzero(s.state == UNDECIDED)
     if rows.size == 0:
@@ -139,7 +125,7 @@ def screen_own_directions(s: Any, show: bool) -> None:
         certify_by_leads(s, rows, q, leads(s, rows, q)[0], "directions")
 
 
-def screen_local_normals(s: Any, rows: np.ndarray, nb: np.ndarray) -> None:
+def screen_local_normals(s: HullSolver, rows: np.ndarray, nb: np.ndarray) -> None:
     """Each key along y_i - mean of its nearest neighbours (an outward normal of the hull near a vertex)."""
     left = s.state[rows] == UNDECIDED
     rows = rows[left]
@@ -148,7 +134,7 @@ def screen_local_normals(s: Any, rows: np.ndarray, nb: np.ndarray) -> None:
         certify_by_leads(s, rows, q, leads(s, rows, q)[0], "directions")
 
 
-def screen_random_directions(s: Any) -> None:
+def screen_random_directions(s: HullSolver) -> None:
     """Scores along random directions; certify the strict winner of each if its lead > tol."""
     undecided = int(np.count_nonzero(s.state == UNDECIDED))
     if undecided == 0:

@@ -3,44 +3,20 @@
 A direction q certifies key i as selectable when ``q.y_i - max_{j != i} q.y_j > tol * ||q||_1``
 with the maximum over *every* other key; these helpers compute that lead for many (key, query)
 pairs at once, in blocks of one matrix product each, and record the keys it certifies. They work
-on a ``hull._Solver`` ``s`` (internal keys ``s.Y``, centred and rescaled; tolerance ``s.tol``).
+on a :class:`~exactlens.analysis.hull_solver.HullSolver` ``s`` (internal keys ``s.Y``, centred and
+rescaled; tolerance ``s.tol``).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import scipy.spatial
-import torch
 
-from exactlens.resources import torch_threads
-
-UNSELECTABLE, SELECTABLE, UNDECIDED = 0, 1, -1  # key states of hull._Solver
+from exactlens.analysis.hull_products import product_t
+from exactlens.analysis.hull_solver import UNDECIDED, UNSELECTABLE, HullSolver
 
 BLOCK_ENTRIES = 1 << 18  # entries of one block of scores (2 MiB of float64: stays in cache)
-THREADS = 1  # CPU threads of the large matrix products (see threads_for_products)
 KDTREE_MAX_DIM = 16  # nearest neighbours by a k-d tree up to this dimension, by all-pairs distances above
-
-
-def threads_for_products():
-    """Run the large matrix products (``product_t``) on THREADS threads, restoring torch's count after.
-
-    Measured on a shared 2-core machine under load: a multi-threaded BLAS (numpy's OpenBLAS or
-    torch's) spins on cores other processes hold and runs these products 10-35x slower than one
-    thread does; numpy's BLAS threads cannot be set at run time, torch's can.
-    """
-    return torch_threads(THREADS)
-
-
-def product_t(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b.T for 2-D float arrays of one dtype, as a numpy array (computed by torch, see above)."""
-    return (torch.from_numpy(a) @ torch.from_numpy(b).T).numpy()
-
-
-def scores_along(Y: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Y @ q for one direction q (a fresh array)."""
-    return product_t(Y, q[None, :])[:, 0].copy()
 
 
 def block_rows(n: int) -> int:
@@ -48,7 +24,7 @@ def block_rows(n: int) -> int:
     return max(1, BLOCK_ENTRIES // n)
 
 
-def project(s: Any, q: np.ndarray) -> np.ndarray:
+def project(s: HullSolver, q: np.ndarray) -> np.ndarray:
     """Directions (rows) projected on the span of the centred keys (a no-op for full-rank keys).
 
     Score differences q.(y_i - y_j) do not change, and queries stay in the keys' span (e.g.
@@ -59,7 +35,7 @@ def project(s: Any, q: np.ndarray) -> np.ndarray:
     return (q @ s.basis.T) @ s.basis
 
 
-def leads(s: Any, rows: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def leads(s: HullSolver, rows: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For key rows[k] and query queries[k]: q.y_i - max_{j != i} q.y_j, and that argmax j."""
     lead = np.empty(rows.size)
     winner = np.empty(rows.size, dtype=np.int64)
@@ -76,7 +52,7 @@ def leads(s: Any, rows: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np
     return lead, winner
 
 
-def certify_by_leads(s: Any, rows: np.ndarray, queries: np.ndarray, lead: np.ndarray, stage: str) -> np.ndarray:
+def certify_by_leads(s: HullSolver, rows: np.ndarray, queries: np.ndarray, lead: np.ndarray, stage: str) -> np.ndarray:
     """Record the undecided rows whose lead beats tol * ||q||_1; return the mask of those certified."""
     l1 = np.abs(queries).sum(axis=1)
     ok = (l1 > 0) & np.isfinite(lead) & (lead > s.tol * l1) & (s.state[rows] == UNDECIDED)
@@ -85,7 +61,7 @@ def certify_by_leads(s: Any, rows: np.ndarray, queries: np.ndarray, lead: np.nda
     return ok
 
 
-def nearest(s: Any, rows: np.ndarray, k: int) -> np.ndarray:
+def nearest(s: HullSolver, rows: np.ndarray, k: int) -> np.ndarray:
     """The k nearest other keys of each key in rows (Euclidean; k <= n - 1), the nearest one first."""
     Y = s.Y
     if s.d <= KDTREE_MAX_DIM:  # a k-d tree beats the all-pairs distances in low dimension
@@ -107,7 +83,7 @@ def nearest(s: Any, rows: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def score_directions(s: Any, rows: np.ndarray, q: np.ndarray, stage: str,
+def score_directions(s: HullSolver, rows: np.ndarray, q: np.ndarray, stage: str,
                      grow: tuple[np.ndarray, dict[int, np.ndarray], int] | None = None) -> np.ndarray:
     """Score direction q[k] of key rows[k] (undecided keys); certify the keys that win by more than tol.
 
@@ -156,13 +132,14 @@ def score_directions(s: Any, rows: np.ndarray, q: np.ndarray, stage: str,
     return winner
 
 
-def _certify_checked(s: Any, rows: np.ndarray, queries: np.ndarray, lead: np.ndarray, every: bool, stage: str) -> None:
+def _certify_checked(s: HullSolver, rows: np.ndarray, queries: np.ndarray, lead: np.ndarray, every: bool,
+                     stage: str) -> None:
     """Certify rows with their lead over the candidates, recomputed over all keys unless those were all."""
     if rows.size:
         certify_by_leads(s, rows, queries, lead if every else leads(s, rows, queries)[0], stage)
 
 
-def _grow(s: Any, rows: np.ndarray, scores: np.ndarray, r_w: np.ndarray, work: dict[int, np.ndarray],
+def _grow(s: HullSolver, rows: np.ndarray, scores: np.ndarray, r_w: np.ndarray, work: dict[int, np.ndarray],
           n_new: int, winner: np.ndarray, cols: np.ndarray, pos: np.ndarray) -> None:
     """Add to work[i] the n_new candidates with the largest positive NNLS gradient (scores: r_y.y_j over cols)."""
     k = np.flatnonzero(s.state[rows] == UNDECIDED)
