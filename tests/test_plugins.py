@@ -186,8 +186,8 @@ def test_the_listing_is_what_the_objects_say():
     builders, tasks and presets."""
     import inspect
 
-    from exactlens.cli.listing import catalog
     from exactlens.train import get_preset
+    from exactlens.verbs.listing import catalog
 
     rows = catalog()
     for row in rows["constructions"]:
@@ -246,8 +246,8 @@ def lazy_plugin(monkeypatch, tmp_path, fake_plugins):
 
 
 def test_lazy_entries_are_listed_without_importing_and_imported_when_read(lazy_plugin):
-    from exactlens.cli.listing import catalog
     from exactlens.train import PRESETS, get_preset
+    from exactlens.verbs.listing import catalog
 
     rows = catalog()
     assert "fake_lazy_heavy" not in sys.modules  # listed from the declared facts alone

@@ -12,6 +12,7 @@ small plot (``_repr_html_``), prints as the CLI's text, and draws ``.plot()``. A
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -40,11 +41,11 @@ def api_function(spec: VerbSpec) -> Callable[..., Any]:
     params, extra = api_parameters(spec.request)
     signature = []
     for name, f, opt in params:
-        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if (
-            opt.api_positional if opt.api_positional is not None else opt.positional) else inspect.Parameter.KEYWORD_ONLY
-        default = f.default if f.default is not inspect.Parameter.empty else inspect.Parameter.empty
-        if repr(default) == "<dataclasses._MISSING_TYPE object>" or type(default).__name__ == "_MISSING_TYPE":
-            default = inspect.Parameter.empty
+        positional = opt.api_positional if opt.api_positional is not None else opt.positional
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if positional else inspect.Parameter.KEYWORD_ONLY
+        default = inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+        if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
         signature.append(inspect.Parameter(name, kind, default=default))
     if extra is not None:
         signature.append(inspect.Parameter(extra, inspect.Parameter.VAR_KEYWORD))

@@ -368,7 +368,7 @@ class Option:
     positional words ("?", "*") or lists ("+"); ``negate``: a ``--no-...`` flag that sets False;
     ``cli``/``api``: whether the entry has it; ``required_on_cli``: a flag the CLI requires though the API
     has a default or takes it positionally; ``group``: mutually exclusive flags; ``extra``: the API's
-    ``**kwargs`` land in this (dict) field; ``api_name``: the keyword in the API where it differs."""
+    ``**kwargs`` land in this (dict) field; ``api_name``: the keyword in the API where it differs; ``dest``: the argparse dest where it differs."""
 
     help: str = ""
     kind: Kind = field(default_factory=Any_)
@@ -384,10 +384,12 @@ class Option:
     extra: bool = False
     api_name: str | None = None
     api_positional: bool | None = None
+    dest: str | None = None  # the argparse dest where it differs from the field's name (compatibility)
 
 
 def option(default: Any = MISSING, *, help: str = "", kind: Kind | None = None, **how: Any) -> Any:
-    """A request field: its default (omitted: required), its help and :class:`Kind`, and how it shows (:class:`Option`)."""
+    """A request field: its default (omitted: required), its help and :class:`Kind`, and how it shows
+    (:class:`Option`)."""
     meta = {"option": Option(help=help, kind=kind or Any_(), **how)}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -429,28 +431,30 @@ def add_arguments(parser: argparse.ArgumentParser, request: type) -> None:
         if opt.group is not None:
             target = groups.setdefault(opt.group, parser.add_mutually_exclusive_group())
         default = None if isinstance(_default(f), dict) else _default(f)
-        choices = opt.kind.allowed() if isinstance(opt.kind, Choice) else None
+        choices = (opt.kind.allowed() if isinstance(opt.kind, Choice)
+                   else opt.kind.names if isinstance(opt.kind, DType) else None)
         if opt.positional:
             nargs = opt.nargs or ("?" if not _required(f) else None)
             kwargs: dict[str, Any] = {"help": opt.help, "metavar": opt.metavar}
             if nargs is not None:
                 kwargs["nargs"] = nargs
                 kwargs["default"] = default if nargs != "*" else None
-            target.add_argument(f.name, **kwargs)
+            target.add_argument(opt.dest or f.name, **kwargs)
         elif isinstance(opt.kind, Bool):
             action = "store_false" if opt.negate else "store_true"
-            target.add_argument(_flag(f, opt), dest=f.name, action=action, help=opt.help)
+            target.add_argument(_flag(f, opt), dest=opt.dest or f.name, action=action, help=opt.help)
         elif isinstance(opt.kind, Pairs):
-            target.add_argument(_flag(f, opt), dest=f.name, action="append", metavar=opt.metavar or "KEY=VALUE",
+            target.add_argument(_flag(f, opt), dest=opt.dest or f.name, action="append", metavar=opt.metavar or "KEY=VALUE",
                                 help=opt.help)
         else:
-            kwargs = {"dest": f.name, "default": default, "help": opt.help, "metavar": opt.metavar}
+            kwargs = {"dest": opt.dest or f.name, "default": default, "help": opt.help, "metavar": opt.metavar}
             if choices is not None:
                 kwargs["choices"] = choices
             if opt.nargs is not None:
                 kwargs["nargs"] = opt.nargs
             if opt.required_on_cli or (_required(f) and not opt.positional):
                 kwargs["required"] = True
+                kwargs["default"] = None
             if isinstance(opt.kind, (Int, Float)):  # argparse shows "invalid int value" in its own words
                 kwargs["type"] = str
             target.add_argument(_flag(f, opt), **kwargs)
@@ -462,7 +466,7 @@ def from_namespace(request: type, args: argparse.Namespace) -> Any:
     for f, opt in options_of(request):
         if not opt.cli:
             continue
-        raw = getattr(args, f.name, None)
+        raw = getattr(args, opt.dest or f.name, None)
         name = f.name if opt.positional else _flag(f, opt)
         if isinstance(opt.kind, Bool):
             values[f.name] = bool(raw)

@@ -23,10 +23,10 @@ from exactlens.analysis.circuit.forward import run_graph
 from exactlens.analysis.circuit.graph import Edge, model_graph
 from exactlens.analysis.circuit.scoring import auroc, best_cut, roc_curve, score_discovery
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
-from exactlens.cli.discover import format_discover_text
 from exactlens.constructions.registry import build, names
 from exactlens.errors import ExactLensError
 from exactlens.tasks import of_model
+from exactlens.verbs.discover import format_discover_text
 
 # The biggest graphs: their full ablation checks run in the slow suite.
 LARGE = {"dyck-k-D", "dyck1-depth2", "first-ln-eta", "parity-ln-eta"}

@@ -13,10 +13,10 @@ from exactlens.analysis.hull import layer_norm_geometric, selectable_keys
 from exactlens.analysis.hull_model import hull_report, query_space, unselectable_by_layer
 from exactlens.analysis.hull_random import random_keys
 from exactlens.cli import build_parser
-from exactlens.cli.hull import format_hull_text
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.model.export import transformer_lens_major
+from exactlens.verbs.hull import format_hull_text
 
 N_CTX = 12
 

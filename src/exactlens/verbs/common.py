@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from exactlens.requests import DType, Device, Int, Pairs, Text, option
+from exactlens.requests import Device, DType, Int, Pairs, Text, option
 
 __all__ = ["ConstructionRequest", "device_option", "num", "pyplot"]
 
@@ -26,7 +26,7 @@ class ConstructionRequest:
     name: str = option(help="a construction name (see `exactlens list`)", kind=Text(), positional=True)
     dtype: str = option("float32", kind=DType(), help="float32 or float64 (a name or the torch dtype)")
     seed: int = option(0, kind=Int(0), help="seed of the sampled words")
-    params: dict = option({}, kind=Pairs(), flag="--param", extra=True,
+    params: dict = option({}, kind=Pairs(), flag="--param", dest="param", extra=True,
                           help="construction parameter, e.g. --param c=2 --param eps=0 (repeatable; in Python "
                                "the keyword arguments the verb does not know)")
     device: Any = device_option()

@@ -32,8 +32,9 @@ def run(request: VerifyRequest) -> Result:
     result = Result("verify", data)
     broken = [r for r in data["results"] if r.get("non_finite_words")]
     if broken:  # the result is printed (strict JSON, nulls); the command still fails
+        lengths = [r["length"] for r in broken]
         result.failure = (
-            f"{request.name} ({request.dtype}) gives NaN or infinite outputs at lengths {[r['length'] for r in broken]} "
+            f"{request.name} ({request.dtype}) gives NaN or infinite outputs at lengths {lengths} "
             f"({sum(r['non_finite_words'] for r in broken)} words): no decision is read from them; check the "
             "parameters (a value may overflow the dtype)")
     return result

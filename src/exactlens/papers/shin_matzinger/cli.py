@@ -6,23 +6,57 @@ modules are imported when the verb runs.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exactlens.api import Result, View, register_api, register_view
-from exactlens.cli.common import add_device_argument, emit
-from exactlens.cli.registry import Verb, register_verb
 from exactlens.errors import ExactLensError
+from exactlens.requests import Bool, Choice, DType, Int, Path_, Text, option
+from exactlens.results import Result, View
+from exactlens.verbs import VerbSpec, register_verb, tell
+from exactlens.verbs.common import device_option
+
+
+def _systems() -> tuple[str, ...]:
+    from exactlens.papers.shin_matzinger.training import SYSTEMS
+
+    return tuple(SYSTEMS)
+
+
+def _flavours() -> tuple[str, ...]:
+    from exactlens.papers.shin_matzinger.training import FLAVOURS
+
+    return tuple(FLAVOURS)
+
+
+@dataclass(frozen=True)
+class PairlogicRequest:
+    categories: int = option(10, kind=Int(1), help="N, number of categories (default 10)")
+    positions: int = option(50, kind=Int(1), help="M, sequence length (default 50)")
+    seed: int = option(0, kind=Int(0), help="first training seed (default 0)")
+    seeds: int = option(1, kind=Int(1), help="number of seeds; the verdicts get a consensus")
+    iterations: int = option(50, kind=Int(1), help="LBFGS iterations (paper: 50)")
+    batch: int = option(1000, kind=Int(1), help="sequences per batch (paper: 1000)")
+    system: str = option("combined", kind=Choice(_systems), help="which system is trained")
+    flavour: str = option("unconstrained", kind=Choice(_flavours), help="the weights' constraint")
+    q: str = option("normal", kind=Choice(("normal", "code")), help="q_true: standard normal or eq. 2.15")
+    q_seed: int = option(0, kind=Int(0), help="seed of q_true")
+    dtype: str = option("float32", kind=DType(), help="float32 or float64")
+    checkpoint: str | None = option(None, kind=Path_(), help="analyse a saved model instead of training one")
+    save: str | None = option(None, kind=Path_(), help="save each trained model under SAVE/seed<S> (SAVE appears "
+                              "when all are done)")
+    overwrite: bool = option(False, kind=Bool(), help="replace an existing --save directory")
+    check: str | None = option(None, kind=Text(), metavar="NAME",
+                               help="check a construction (sm-solution1..3) against q_true")
+    device: Any = device_option("training and the checks run there; the verdicts' figures come back to the CPU")
 
 
 def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    tell(message)
 
 
-def _check(args: argparse.Namespace) -> dict[str, Any]:
+def _check(args: PairlogicRequest) -> dict[str, Any]:
     from exactlens.constructions import get
     from exactlens.devices import device_name
     from exactlens.papers.shin_matzinger.pairlogic import check_construction
@@ -49,7 +83,7 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _train_seeds(args: argparse.Namespace, root: Path | None) -> list[dict[str, Any]]:
+def _train_seeds(args: PairlogicRequest, root: Path | None) -> list[dict[str, Any]]:
     from exactlens.papers.shin_matzinger.pairlogic import analyse
     from exactlens.papers.shin_matzinger.training import PairTrainConfig, train_pairs
 
@@ -85,7 +119,7 @@ def _train_seeds(args: argparse.Namespace, root: Path | None) -> list[dict[str, 
     return runs
 
 
-def _verdicts(args: argparse.Namespace) -> dict[str, Any]:
+def _verdicts(args: PairlogicRequest) -> dict[str, Any]:
     import torch
 
     from exactlens.devices import device_name, resolve_device
@@ -107,8 +141,6 @@ def _verdicts(args: argparse.Namespace) -> dict[str, Any]:
             q = make_q(train.get("q", args.q), model.cfg.d_vocab, train.get("q_seed", args.q_seed))
         runs.append({"checkpoint": args.checkpoint, **analyse(model, q, batch=args.batch, seed=args.seed)})
     else:
-        if args.seeds < 1:
-            raise ExactLensError(f"--seeds must be >= 1, got {args.seeds}")
         with contextlib.ExitStack() as stack:  # --save DIR appears, complete, only after the last seed
             root = None if not args.save else stack.enter_context(
                 staged(args.save, overwrite=args.overwrite, what="--save directory"))
@@ -156,48 +188,11 @@ def _text(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> None:
-    import torch
+def run(request: PairlogicRequest) -> Result:
+    from exactlens.resources import torch_threads
 
-    torch.set_num_threads(1)
-    result = _check(args) if args.check else _verdicts(args)
-    emit(result, args.json, _text(result))
-
-
-def arguments(p: argparse.ArgumentParser) -> None:
-    from exactlens.papers.shin_matzinger.training import FLAVOURS, SYSTEMS
-
-    p.add_argument("--categories", type=int, default=10, help="N, number of categories (default 10)")
-    p.add_argument("--positions", type=int, default=50, help="M, sequence length (default 50)")
-    p.add_argument("--seed", type=int, default=0, help="first training seed (default 0)")
-    p.add_argument("--seeds", type=int, default=1, help="number of seeds; the verdicts get a consensus")
-    p.add_argument("--iterations", type=int, default=50, help="LBFGS iterations (paper: 50)")
-    p.add_argument("--batch", type=int, default=1000, help="sequences per batch (paper: 1000)")
-    p.add_argument("--system", choices=SYSTEMS, default="combined")
-    p.add_argument("--flavour", choices=FLAVOURS, default="unconstrained")
-    p.add_argument("--q", choices=["normal", "code"], default="normal", help="q_true: standard normal or eq. 2.15")
-    p.add_argument("--q-seed", type=int, default=0)
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    p.add_argument("--checkpoint", help="analyse a saved model instead of training one")
-    p.add_argument("--save", help="save each trained model under SAVE/seed<S> (SAVE appears when all are done)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --save directory")
-    p.add_argument("--check", metavar="NAME", help="check a construction (sm-solution1..3) against q_true")
-    add_device_argument(p, "training and the checks run there; the verdicts' figures come back to the CPU")
-    p.add_argument("--json", action="store_true")
-
-
-def pairlogic(**options: Any) -> Result:
-    """``exactlens pairlogic`` as a function (``el.pairlogic``): the CLI's options as keywords
-    (``seeds=3``, ``system="solution2"``, ``check="sm-solution1"``, ``save=DIR``, ...)."""
-    parser = argparse.ArgumentParser(prog="pairlogic")
-    arguments(parser)
-    args = parser.parse_args([])
-    unknown = sorted(set(options) - set(vars(args)) - {"json"})
-    if unknown:
-        raise ExactLensError(f"pairlogic takes {sorted(k for k in vars(args) if k != 'json')}, not {unknown}")
-    for key, value in options.items():
-        setattr(args, key, value)
-    return Result("pairlogic", _check(args) if args.check else _verdicts(args))
+    with torch_threads(1):
+        return Result("pairlogic", _check(request) if request.check else _verdicts(request))
 
 
 def _headline(result: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -208,7 +203,5 @@ def _headline(result: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def register_cli() -> None:
-    register_api("pairlogic", pairlogic)
-    register_view("pairlogic", View(_headline, _text))
-    register_verb(Verb("pairlogic", "Shin & Matzinger: is the pair logic in attention or in the FFN?", arguments, run,
-                       order=70))
+    register_verb(VerbSpec("pairlogic", "Shin & Matzinger: is the pair logic in attention or in the FFN?",
+                           PairlogicRequest, run, views={"pairlogic": View(_headline, _text)}, order=70))
