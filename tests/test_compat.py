@@ -248,7 +248,8 @@ MOVED: dict[str, str] = {
     "exactlens.cli_diff": "module gone; exactlens.cli.diff (run, format_diff_text); add_diff_parser/cmd_diff gone",
     "exactlens.cli_hull": "module gone; exactlens.cli.hull (run, format_hull_text); add_hull_parser/cmd_hull gone",
     "exactlens.cli_pairlogic": "module gone; exactlens.papers.shin_matzinger.cli (run, arguments)",
-    "exactlens.cli_train": "module gone; exactlens.cli.train (run, parse_length, parse_seeds)",
+    "exactlens.cli_train": "module gone; the verb is declared in exactlens.verbs.train (its flags generated from "
+    "exactlens.train.options.TrainOptions); parse_length, parse_seeds removed (the options' kinds parse)",
     "exactlens.constructions.catalog": "module gone (plug-ins register the built-ins)",
     "exactlens.constructions.catalog_chiang_cholak": "module gone (papers.chiang_cholak registers)",
     "exactlens.constructions.catalog_cookbook": "module gone; TC in exactlens.papers.cookbook.examples",

@@ -429,7 +429,9 @@ def add_arguments(parser: argparse.ArgumentParser, request: type) -> None:
             continue
         target = parser
         if opt.group is not None:
-            target = groups.setdefault(opt.group, parser.add_mutually_exclusive_group())
+            if opt.group not in groups:  # one group per name (setdefault would make an empty one per member)
+                groups[opt.group] = parser.add_mutually_exclusive_group()
+            target = groups[opt.group]
         default = None if isinstance(_default(f), dict) else _default(f)
         choices = (opt.kind.allowed() if isinstance(opt.kind, Choice)
                    else opt.kind.names if isinstance(opt.kind, DType) else None)

@@ -6,8 +6,8 @@
     runs = train_many("first", seeds=range(10), epochs=50)  # 10 runs trained together
 
 Presets come from plug-ins (exactlens's papers register theirs); ``register_preset`` adds one.
-Generic options and their meaning: exactlens.train.presets.OPTION_DOCS; a preset's own: its
-``options``.
+Generic options are declared once in exactlens.train.options.TrainOptions (their meaning:
+OPTION_DOCS); a preset overrides their defaults and adds its own (its ``options``).
 """
 
 import importlib
@@ -20,14 +20,14 @@ from exactlens.train.registry import PRESETS, preset_names, register_preset, reg
 
 _WHERE = {  # imported when first used: the registries above need no torch (``exactlens list``)
     "HISTORY_FIELDS": "loop", "KIND_FIELDS": "loop", "TrainRun": "loop", "evaluate": "loop", "fit": "loop",
-    "fit_into": "loop", "train": "loop", "train_many": "loop", "Metric": "metrics", "OPTION_DOCS": "presets",
-    "Preset": "presets", "TrainSpec": "presets", "get_preset": "presets",
+    "fit_into": "loop", "train": "loop", "train_many": "loop", "Metric": "metrics", "OPTION_DOCS": "options",
+    "TrainOptions": "options", "Preset": "presets", "TrainSpec": "presets", "get_preset": "presets",
 }
 
 __all__ = [
-    "HISTORY_FIELDS", "KIND_FIELDS", "Metric", "OPTION_DOCS", "PRESETS", "Preset", "TrainRun", "TrainSpec",
-    "evaluate", "fit", "fit_into", "get_preset", "preset_names", "register_preset", "register_task_defaults",
-    "train", "train_many",
+    "HISTORY_FIELDS", "KIND_FIELDS", "Metric", "OPTION_DOCS", "PRESETS", "Preset", "TrainOptions", "TrainRun",
+    "TrainSpec", "evaluate", "fit", "fit_into", "get_preset", "preset_names", "register_preset",
+    "register_task_defaults", "train", "train_many",
 ]
 
 

@@ -322,7 +322,7 @@ def fit_into(
     error or Ctrl-C leaves it as it was (exactlens.outputs.staged)."""
     if out is None:
         return fit(spec, seeds, None, progress, device=device)
-    resolve_device(device, spec.options["dtype"])  # a device that is not there fails before the output is staged
+    device = resolve_device(device, spec.options["dtype"])  # fails before the output is staged
     with staged(out, overwrite=overwrite, what="training output") as tmp:
         dirs = [tmp / f"seed{s}" for s in seeds] if per_seed else [tmp]
         runs = fit(spec, seeds, dirs, progress, device=device)
@@ -409,13 +409,43 @@ def fit(
     return runs
 
 
-def _record(spec: TrainSpec, evaluated: bool, **values: Any) -> dict[str, Any]:
-    """A history record with every field of the kind and the metrics (null where not measured)."""
-    metric_fields = tuple(f for m in spec.metrics for f in m.fields) + spec.null_fields
-    fields = HISTORY_FIELDS[:-1] + KIND_FIELDS[spec.task.kind] + metric_fields
-    record = {name: values.get(name) for name in fields}
-    record["test_evaluated"] = evaluated
-    return record
+class _History:
+    """The history of one fit: per run its records (every field of the task's kind and the preset's metrics,
+    null where not measured; the field list made once), each written to the run's history.jsonl and, when
+    evaluated, told to ``progress``: one call per record instead of one per step of that."""
+
+    def __init__(self, spec: TrainSpec, seeds: list[int], logs: list[Any], progress: Callable[[str], None] | None):
+        metric_fields = tuple(f for m in spec.metrics for f in m.fields) + spec.null_fields
+        self.fields = HISTORY_FIELDS[:-1] + KIND_FIELDS[spec.task.kind] + metric_fields
+        self.spec, self.seeds, self.logs, self.progress = spec, seeds, logs, progress
+        self.regression = spec.task.kind == "regression"
+        self.runs: list[list[dict[str, Any]]] = [[] for _ in seeds]
+        self.start = time.perf_counter()
+
+    def add(self, r: int, values: dict[str, Any], loss: float, correct: float | None, count: int,
+            evaluated: bool, write: bool = True) -> dict[str, Any]:
+        """Run r's record of ``values`` with its training loss (mean per word) and words decided right."""
+        if self.regression:
+            values["train_mse"] = loss
+        else:
+            values.update(train_loss_bits=loss / LN2, train_accuracy=None if correct is None else correct / count)
+        record = {name: values.get(name) for name in self.fields}
+        record["test_evaluated"] = evaluated
+        record["wall_s"] = time.perf_counter() - self.start
+        self.runs[r].append(record)
+        if evaluated:
+            self.tell(r, record)
+        if write:
+            self.write(r, record)
+        return record
+
+    def tell(self, r: int, record: dict[str, Any]) -> None:
+        if self.progress is not None:
+            self.progress(_progress_line(self.spec, self.seeds[r], record["epoch"], record))
+
+    def write(self, r: int, record: dict[str, Any]) -> None:
+        if self.logs[r] is not None:
+            self.logs[r].write(dumps(record) + "\n")
 
 
 def _test(spec: TrainSpec, model: ExactTransformer, gen: torch.Generator) -> dict[str, Any]:
@@ -430,12 +460,6 @@ def _test(spec: TrainSpec, model: ExactTransformer, gen: torch.Generator) -> dic
     return values
 
 
-def _train_values(spec: TrainSpec, loss: float, correct: float | None, count: int) -> dict[str, Any]:
-    if spec.task.kind == "regression":
-        return {"train_mse": loss}
-    return {"train_loss_bits": loss / LN2, "train_accuracy": None if correct is None else correct / count}
-
-
 def _fit_adam(spec, seeds, gens, logs, progress, device):
     opts = spec.options
     task = spec.task
@@ -444,9 +468,8 @@ def _fit_adam(spec, seeds, gens, logs, progress, device):
     state = _Optimized(spec, models, opts["epochs"] * steps_per_epoch)
     runs = state.runs
     variable = opts["train_length"][0] != opts["train_length"][1]
-    histories: list[list[dict[str, Any]]] = [[] for _ in seeds]
     count = opts["strings_per_epoch"]
-    start = time.perf_counter()
+    history = _History(spec, seeds, logs, progress)
     step = 0
     epochs = bar(range(1, opts["epochs"] + 1), desc=f"train {spec.name}", unit="epoch")
     for epoch in epochs:
@@ -482,22 +505,15 @@ def _fit_adam(spec, seeds, gens, logs, progress, device):
         if evaluating:  # weights checked where they are read (a non-finite weight shows in the next loss anyway)
             _check_finite_weights(spec, seeds, runs, step, epoch)
             runs.sync()
-        for r, seed in enumerate(seeds):
+        for r in range(len(seeds)):
             values = {"epoch": epoch, "step": step, "strings_seen": epoch * count, "lr": lr}
-            values.update(_train_values(spec, float(epoch_loss[r]) / count, float(epoch_correct[r]), count))
             if evaluating:
                 values.update(_test(spec, models[r], gens[r]["test"]))
-                if progress is not None:
-                    progress(_progress_line(spec, seed, epoch, values))
-            record = _record(spec, bool(evaluating), **values)
-            record["wall_s"] = time.perf_counter() - start
-            histories[r].append(record)
-            if logs[r] is not None:
-                logs[r].write(dumps(record) + "\n")
+            history.add(r, values, float(epoch_loss[r]) / count, float(epoch_correct[r]), count, bool(evaluating))
     runs.sync()
     runs.close()
-    wall = time.perf_counter() - start
-    return [(models[r], histories[r], step, True, wall) for r in range(len(seeds))]
+    wall = time.perf_counter() - history.start
+    return [(models[r], history.runs[r], step, True, wall) for r in range(len(seeds))]
 
 
 def _bar_figures(spec: TrainSpec, loss: float, accuracy: float) -> dict[str, str]:
@@ -540,8 +556,8 @@ def _fit_lbfgs(spec, seed, gens, log, progress, device):
     runs = state.runs
     batch = sample_batch(task, opts["strings_per_epoch"], opts["train_length"], gens["train"])
     tokens, n_positions, targets = (t.to(device) for t in stack_batches([batch]))
-    history: list[dict[str, Any]] = []
-    start = time.perf_counter()
+    records = _History(spec, [seed], [log], progress)
+    history = records.runs[0]
 
     def closure() -> torch.Tensor:
         state.optimizer.zero_grad()
@@ -555,22 +571,17 @@ def _fit_lbfgs(spec, seed, gens, log, progress, device):
                                  f"{len(history) + 1} (LBFGS); lower lr or check the options; nothing was saved")
         iteration = state.optimizer.state[state.params[0]].get("n_iter", 0)
         values = {"epoch": iteration, "step": len(history), "strings_seen": len(batch), "lr": opts["lr"]}
-        values.update(_train_values(spec, value, float(correct[0]), len(batch)))
-        record = _record(spec, False, **values)
-        record["wall_s"] = time.perf_counter() - start
-        history.append(record)
+        records.add(0, values, value, float(correct[0]), len(batch), evaluated=False, write=False)  # written at the end
         return total.sum()
 
     state.optimizer.step(closure)
     runs.sync()
     runs.close()
     history[-1].update(_test(spec, model, gens["test"]), test_evaluated=True)
-    if progress is not None:
-        progress(_progress_line(spec, seed, history[-1]["epoch"], history[-1]))
-    if log is not None:
-        for record in history:
-            log.write(dumps(record) + "\n")
-    return model, history, len(history), False, time.perf_counter() - start
+    records.tell(0, history[-1])
+    for record in history:
+        records.write(0, record)
+    return model, history, len(history), False, time.perf_counter() - records.start
 
 
 def _progress_line(spec: TrainSpec, seed: int, epoch: int, values: dict[str, Any]) -> str:

@@ -7,13 +7,13 @@ initialization (e.g. fixed one-hot inputs), gradient masks and a penalty (e.g. a
 system). Papers register theirs through their plug-ins (``register_preset``); the loop knows
 none of them by name.
 
-Every preset accepts the generic options of OPTION_DOCS; a preset adds its own in
-``options`` (name -> meaning).
+Every preset accepts the generic options, declared once in exactlens.train.options.TrainOptions
+(their meaning: OPTION_DOCS); ``defaults`` overrides their defaults, and a preset adds its own options
+in ``options`` (name -> meaning) with their values in ``defaults``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,55 +25,17 @@ from exactlens.constructions import registry as constructions
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.train import shaped
-from exactlens.train.data import check_lengths
 from exactlens.train.metrics import Metric
+from exactlens.train.options import (  # noqa: F401 (their old home)
+    GENERIC_DEFAULTS,
+    LR_SCHEDULES,
+    OPTIMIZERS,
+    OPTION_DOCS,
+    PRESET_SETS,
+    SHARED_OPTIONS,
+    check_options,
+)
 from exactlens.train.registry import PRESETS, preset_names, register_preset  # noqa: F401 (their home: no torch)
-
-OPTIMIZERS = ("adam", "lbfgs")
-LR_SCHEDULES = ("constant", "linear", "warmup_linear")
-
-OPTION_DOCS: dict[str, str] = {
-    "epochs": "number of epochs; one epoch = strings_per_epoch fresh random words "
-    "(lbfgs: iterations on one fixed batch)",
-    "strings_per_epoch": "fresh training words drawn each epoch (lbfgs: the size of the one training batch)",
-    "batch_size": "words per optimizer step (None = strings_per_epoch: one step per epoch; 1 = the papers' loop)",
-    "train_length": "|w| of training words: an integer, or an inclusive range [lo, hi] drawn uniformly per word",
-    "test_length": "|w| of test words: an integer or an inclusive range [lo, hi]",
-    "test_strings": "fresh test words per evaluation",
-    "eval_every": "evaluate on the test words every this many epochs (and after the last epoch); 0 = last only",
-    "optimizer": "'adam' (the default) or 'lbfgs' (full batch, strong Wolfe line search; one run at a time)",
-    "lr": "learning rate",
-    "lr_schedule": "'constant', 'linear' (decays linearly to 0 over all steps) or 'warmup_linear' "
-    "(linear warm-up over warmup_steps, then linear decay to 0)",
-    "warmup_steps": "steps of linear warm-up (lr_schedule 'warmup_linear')",
-    "grad_clip": "clip the gradient norm of each run to this (None = no clipping)",
-    "dtype": "'float32' or 'float64'",
-    "d_model": "residual width",
-    "d_mlp": "FFN hidden width",
-    "ln_eps": "layer-norm epsilon",
-    "threads": "torch threads during training (None = leave as is)",
-    "scaled": "attention scores times log n in every layer (the length-dependent scaling of Chiang & Cholak eq. 2)",
-    "layer_norm": "'full' (layer norm where the preset puts it), 'scale_only' (no centering: ln_center=False) "
-    "or 'none'",
-    "positions": "positional features: 'paper' (the preset's own) or an alternative the preset offers",
-    "num_classes": "number of classes of a classification preset (None: the task's default)",
-}
-
-# Options every preset accepted before presets had their own (older scripts pass them): a preset that
-# does not use one accepts only this value, and run.json lists them all.
-SHARED_OPTIONS: dict[str, Any] = {"scaled": False, "layer_norm": "full", "positions": "paper", "num_classes": None}
-
-GENERIC_DEFAULTS: dict[str, Any] = {
-    "batch_size": None,
-    "eval_every": 10,
-    "optimizer": "adam",
-    "lr_schedule": "constant",
-    "warmup_steps": 0,
-    "grad_clip": None,
-    "dtype": "float32",
-    "ln_eps": 1e-5,
-    "threads": None,
-}
 
 Options = dict[str, Any]
 LossShortcut = Callable[..., "tuple[torch.Tensor, torch.Tensor] | None"]
@@ -103,11 +65,18 @@ class Preset:
     losses: LossShortcut | None = None  # the training loss computed another way (exact; see LossShortcut)
     complete: Callable[[Options], None] | None = None  # fills derived defaults before validation
 
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.defaults) - set(OPTION_DOCS) - set(self.options))
+        if unknown:
+            raise ExactLensError(f"preset {self.name!r}: defaults for {unknown}, which are neither training options "
+                                 "(exactlens.train.options.TrainOptions) nor the preset's own (options)")
+
     def task_of(self, options: Options) -> tasks.Task:
         return tasks.get(self.task, **(self.task_params(options) if self.task_params else {}))
 
     def resolve(self, options: Options) -> Options:
-        """Defaults overridden by options; unknown names and bad values raise."""
+        """TrainOptions' defaults overridden by the preset's, then by ``options``; unknown names and bad
+        values raise (every generic option checked by its kind: exactlens.train.options)."""
         allowed = set(OPTION_DOCS) | set(self.options)
         unknown = sorted(set(options) - allowed)
         if unknown:
@@ -121,8 +90,7 @@ class Preset:
                     f"preset {self.name!r} has no option {key!r} (it accepts only {value!r}); its own options: "
                     f"{', '.join(sorted(self.options)) or 'none'}"
                 )
-        missing = sorted(n for n in ("epochs", "strings_per_epoch", "test_strings", "lr", "d_model", "d_mlp",
-                                     "train_length", "test_length") if n not in resolved)
+        missing = sorted(n for n in PRESET_SETS if n not in resolved)
         if missing:
             raise ExactLensError(f"preset {self.name!r} sets no default for {missing}; give them as options")
         if self.complete is not None:
@@ -142,25 +110,27 @@ class Preset:
         config.metadata.setdefault("preset", self.name)
         config.metadata.setdefault("paper", self.paper)
         config.task = task.spec()
-        return TrainSpec(self.name, self.paper, task, config, opts, self.metrics, self.prepare, self.masks,
-                         self.penalty, self.null_fields, self.losses)
+        return TrainSpec(self, task, config, opts)
 
 
 @dataclass(frozen=True)
 class TrainSpec:
-    """Everything the loop needs: resolved options, the task, the architecture and the hooks."""
+    """Everything the loop needs: the preset (its name, paper and hooks), its resolved options, the task and
+    the architecture."""
 
-    name: str
-    paper: str | None
+    preset: Preset
     task: tasks.Task
     config: ExactConfig
     options: Options
-    metrics: tuple[Metric, ...] = ()
-    prepare: Callable[[ExactTransformer, Options], None] | None = None
-    masks: Callable[[ExactTransformer, Options], dict[str, torch.Tensor | bool]] | None = None
-    penalty: Callable[[dict[str, torch.Tensor], Options], torch.Tensor] | None = None
-    null_fields: tuple[str, ...] = ()
-    losses: LossShortcut | None = None
+
+    name = property(lambda self: self.preset.name)
+    paper = property(lambda self: self.preset.paper)
+    metrics = property(lambda self: self.preset.metrics)
+    prepare = property(lambda self: self.preset.prepare)
+    masks = property(lambda self: self.preset.masks)
+    penalty = property(lambda self: self.preset.penalty)
+    null_fields = property(lambda self: self.preset.null_fields)
+    losses = property(lambda self: self.preset.losses)
 
 
 def construction_names() -> list[str]:
@@ -184,8 +154,7 @@ def get_preset(name: str) -> Preset:
     )
 
 
-def resolve_options(preset: Preset, options: Options) -> Options:
-    return preset.resolve(options)
+resolve_options = Preset.resolve  # older name: resolve_options(preset, options)
 
 
 # ---- validation of the generic options -------------------------------------------------
@@ -201,49 +170,24 @@ def choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
         raise ExactLensError(f"{name}={value!r} is not allowed; choose one of {', '.join(allowed)}")
 
 
-def number(name: str, value: Any, minimum: float = 0.0, strict: bool = True) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < minimum or (strict and value == minimum):
-        bound = f"> {minimum}" if strict else f">= {minimum}"
-        raise ExactLensError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
-
-
 def validate_generic(o: Options) -> None:
-    for name in ("epochs", "strings_per_epoch", "test_strings", "d_model"):
-        positive_int(name, o[name])
-    for name in ("d_mlp", "eval_every", "warmup_steps"):
-        positive_int(name, o[name], minimum=0)
+    """Every generic option by its kind (exactlens.train.options.check_options), then the rules between them."""
+    check_options(o)
     if o["batch_size"] is None:
         o["batch_size"] = o["strings_per_epoch"]
-    positive_int("batch_size", o["batch_size"])
     if o["strings_per_epoch"] % o["batch_size"]:
         raise ExactLensError(
             f"batch_size={o['batch_size']} must divide strings_per_epoch={o['strings_per_epoch']} "
             "(an epoch is a whole number of steps)"
         )
-    o["train_length"] = check_lengths(o["train_length"], "train_length")
-    o["test_length"] = check_lengths(o["test_length"], "test_length")
-    o["lr"] = number("lr", o["lr"])
-    choice("optimizer", o["optimizer"], OPTIMIZERS)
-    choice("lr_schedule", o["lr_schedule"], LR_SCHEDULES)
     if o["optimizer"] == "lbfgs" and o["batch_size"] != o["strings_per_epoch"]:
         raise ExactLensError("lbfgs trains on one full batch: leave batch_size at strings_per_epoch")
-    if o["grad_clip"] is not None:
-        o["grad_clip"] = number("grad_clip", o["grad_clip"])
-    o["ln_eps"] = number("ln_eps", o["ln_eps"], strict=False)
-    choice("dtype", o["dtype"], ("float32", "float64"))
-    if o["threads"] is not None:
-        positive_int("threads", o["threads"])
 
 
 # ---- comparable models: the architecture of an exact solution, widened ----------------------
 
-ARCHITECTURE_OPTIONS: dict[str, str] = {
-    "scaled": "attention scores times log n in every layer (the length-dependent scaling of Chiang & Cholak eq. 2)",
-    "layer_norm": "'full' (layer norm where the preset puts it), 'scale_only' (no centering: ln_center=False) "
-    "or 'none'",
-}
+ARCHITECTURE_OPTIONS: dict[str, str] = {name: OPTION_DOCS[name] for name in ("scaled", "layer_norm")}
+"""The options a comparable model's preset uses (list them in ``Preset.options``)."""
 LAYER_NORMS = ("full", "scale_only", "none")
 
 

@@ -1,27 +1,118 @@
-"""``exactlens train`` (TEMPORARY: the command line's older form until its request is declared)."""
+"""``exactlens train NAME --out DIR [options] [--json]``: train a model with a preset, or of any
+construction's task in that construction's shape.
+
+Writes DIR/config.json + DIR/weights.pt (load with ExactTransformer.load(DIR); the config records
+the task), DIR/history.jsonl (one record per epoch) and DIR/run.json (preset, seed, options,
+timing, final metrics). Options not given keep the preset's value (the paper's setting); a
+preset's own options without a flag here go through --option KEY=VALUE. With --json, stdout
+carries exactly one JSON object (run.json's content); progress goes to stderr.
+
+--seeds 0:9 (or 0,3,7) trains one run per seed together (exactlens.train.train_many;
+each run equals its single --seed run) into DIR/seed{s}/; --json then prints one object
+{"runs": [run.json of each seed]}.
+
+The training options' flags are generated from exactlens.train.options.TrainOptions (one flag per
+field, default None: the preset's value); in Python they are keyword arguments (``**options``), checked
+by the same declaration when the preset resolves them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
-import exactlens.cli.train  # noqa: F401  (registers the command-line verb)
-from exactlens.results import Result, View, fmt, register_view
-from exactlens.verbs.common import pyplot
+from exactlens.requests import Bool, Int, IntList, Pairs, Path_, Text, option
+from exactlens.results import Result, View
+from exactlens.train.options import TrainOptions
+from exactlens.verbs import VerbSpec, register_verb, tell
+from exactlens.verbs.common import device_option, pyplot
+
+__all__ = ["TrainRequest", "run", "train_text"]
 
 
-def train(name: str, *, out: str | Path | None = None, seed: int = 0, seeds: Sequence[int] | None = None,
-          overwrite: bool = False, device: Any = "auto", **options: Any) -> Result:
-    """``exactlens train``: a paper preset or any construction's task in its shape."""
-    from exactlens.train import train as one
-    from exactlens.train import train_many
+SEEDS = IntList(0, what="LO:HI (inclusive) or a comma list of integers, all >= 0 (a list in Python)")
 
-    if seeds is not None:
-        runs = train_many(name, list(seeds), out=out, overwrite=overwrite, device=device, **options)
-        return Result("train_many", {"runs": [r.info for r in runs]}, runs=runs, models=[r.model for r in runs])
-    run = one(name, out=out, seed=seed, overwrite=overwrite, device=device, **options)
-    return Result("train", run.info, run=run, model=run.model, history=run.history)
+
+@dataclass(frozen=True)
+class _TrainBase:
+    task: str = option(kind=Text(), positional=True, metavar="NAME", api_name="name",
+                       help="a paper preset or any construction name: its task, trained in the construction's shape "
+                            "(exactlens list)")
+    out: str | None = option(None, kind=Path_(), required_on_cli=True,
+                             help="checkpoint directory (appears when training is complete)")
+    overwrite: bool = option(False, kind=Bool(), help="replace an existing --out directory")
+    seed: int = option(0, kind=Int(0), group="seeds", help="fixes initialization, training and test data")
+    seeds: list | None = option(None, kind=SEEDS, group="seeds",
+                                help="LO:HI or a comma list: one run per seed, trained together, into OUT/seed{s}/")
+    device: Any = device_option("words and initial weights are drawn on the CPU whatever the device (run.json: device)")
+    options: dict = option({}, kind=Pairs(), flag="--option", dest="option", extra=True,
+                           help="any option of the preset (repeatable; values parsed as JSON where possible; in Python "
+                                "every training option is a keyword argument)")
+
+
+def _flag_field(f: dataclasses.Field) -> tuple[str, type, Any]:
+    """A TrainOptions field as a flag of ``exactlens train``: default None (the preset's value; a switch: off),
+    the CLI only (Python passes training options as keyword arguments, where None is a value)."""
+    opt = f.metadata["option"]
+    default = False if isinstance(opt.kind, Bool) else None
+    return f.name, Any, option(default, help=opt.help, kind=opt.kind, metavar=opt.metavar, api=False)
+
+
+TrainRequest = dataclasses.make_dataclass(
+    "TrainRequest", [_flag_field(f) for f in dataclasses.fields(TrainOptions)], bases=(_TrainBase,), frozen=True)
+TrainRequest.__module__ = __name__
+TrainRequest.__doc__ = "The options of ``exactlens train`` / ``el.train``: the run's, then TrainOptions' as flags."
+
+
+def _training_options(request: Any) -> dict[str, Any]:
+    """--option pairs, overridden by the flags given (a switch only when on)."""
+    flags = {f.name: getattr(request, f.name) for f in dataclasses.fields(TrainOptions)}
+    return {**request.options, **{name: value for name, value in flags.items() if value not in (None, False)}}
+
+
+def run(request: Any) -> Result:
+    from exactlens.train import train, train_many
+
+    options = _training_options(request)
+    common = dict(out=request.out, progress=tell, overwrite=request.overwrite, device=request.device, **options)
+    if request.seeds is not None:
+        runs = train_many(request.task, request.seeds, **common)
+        records = [_Record(r.info, r.checkpoint) for r in runs]
+        return Result("train_many", {"runs": records}, runs=runs, models=[r.model for r in runs])
+    one = train(request.task, seed=request.seed, **common)
+    return Result("train", _Record(one.info, one.checkpoint), run=one, model=one.model, history=one.history)
+
+
+class _Record(dict):
+    """run.json's content (the JSON, unchanged) that also knows where its checkpoint is (for the text)."""
+
+    def __init__(self, info: dict[str, Any], checkpoint: Any):
+        super().__init__(info)
+        self.checkpoint = checkpoint
+
+
+def _final_text(final: dict[str, Any]) -> str:
+    if final.get("test_mse") is not None:
+        return f"final test MSE {final['test_mse']:.4g}"
+    return (f"final test accuracy {final['test_accuracy']:.4f}, test cross-entropy "
+            f"{final['test_loss_bits']:.4f} bits/string")
+
+
+def _run_line(info: dict[str, Any], steps: bool) -> str:
+    where = getattr(info, "checkpoint", None)
+    took = f"{info['steps']} steps in {info['wall_s']:.1f} s; " if steps else ""
+    return (f"{info['task']} seed {info['seed']}: {took}{_final_text(info['final'])}"
+            + (f"; checkpoint {where}" if where is not None else ""))
+
+
+def train_text(data: dict[str, Any]) -> str:
+    """The text of a train result: one line per run (and, for several seeds, how long they took together)."""
+    if "runs" not in data:
+        return _run_line(data, steps=True)
+    runs = data["runs"]
+    lines = [_run_line(r, steps=False) for r in runs]
+    return "\n".join([*lines, f"{len(runs)} runs trained together in {runs[0]['wall_s']:.1f} s"])
 
 
 def _train_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -44,20 +135,14 @@ def _plot_history(histories: list[list[dict[str, Any]]], title: str) -> Any:
     return fig
 
 
-register_view("train", View(_train_rows, lambda d: "\n".join(f"{k}: {fmt(v)}" for k, v in _train_rows(d)),
-                            lambda r: _plot_history([r.history], r["task"])))
-register_view("train_many", View(
-    lambda d: [("runs", len(d["runs"]))] + [(f"seed {r['seed']} {k}", v) for r in d["runs"]
-                                             for k, v in _train_rows(r)[4:]],
-    lambda d: "\n".join(f"seed {r['seed']}: " + ", ".join(f"{k} {fmt(v)}" for k, v in _train_rows(r)[4:])
-                        for r in d["runs"]),
-    lambda r: _plot_history([run.history for run in r.runs], f"{r['runs'][0]['task']}, {len(r.runs)} runs")))
+VIEWS = {
+    "train": View(_train_rows, train_text, lambda r: _plot_history([r.history], r["task"])),
+    "train_many": View(
+        lambda d: [("runs", len(d["runs"]))] + [(f"seed {r['seed']} {k}", v) for r in d["runs"]
+                                                 for k, v in _train_rows(r)[4:]],
+        train_text,
+        lambda r: _plot_history([run.history for run in r.runs], f"{r['runs'][0]['task']}, {len(r.runs)} runs")),
+}
 
-
-def _register() -> None:
-    from exactlens.api import register_api
-
-    register_api("train", train)
-
-
-_register()
+register_verb(VerbSpec("train", "train a comparable model: a paper preset or any construction's shape", TrainRequest,
+                       run, views=VIEWS, description=__doc__.split("\n\n")[1], order=40))
