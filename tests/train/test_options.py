@@ -109,10 +109,10 @@ def test_cli_text_and_json_agree(tmp_path, capsys):
     argv = ["train", "first", "--out", str(tmp_path / "a"), *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]]
     assert main([*argv, "--positions", "first"]) == 2  # the preset 'first' offers no other positions
     assert "preset 'first' has no option 'positions'" in capsys.readouterr().err
-    assert main([*argv, "--option", "lr=0.01", "--lr", "0.02"]) == 0  # a flag wins over --option
+    assert main([*argv, "--option", "lr=0.01", "--lr", "0.02", "--eval-every", "0"]) == 0  # a flag wins
     text = capsys.readouterr().out.strip()
     info = json.loads((tmp_path / "a" / "run.json").read_text())
-    assert info["options"]["lr"] == 0.02
+    assert info["options"]["lr"] == 0.02 and info["options"]["eval_every"] == 0  # 0 is a value, not "not given"
     assert text == (f"first seed 0: 1 steps in {info['wall_s']:.1f} s; final test accuracy "
                     f"{info['final']['test_accuracy']:.4f}, test cross-entropy {info['final']['test_loss_bits']:.4f} "
                     f"bits/string; checkpoint {tmp_path / 'a'}")

@@ -68,7 +68,8 @@ TrainRequest.__doc__ = "The options of ``exactlens train`` / ``el.train``: the r
 def _training_options(request: Any) -> dict[str, Any]:
     """--option pairs, overridden by the flags given (a switch only when on)."""
     flags = {f.name: getattr(request, f.name) for f in dataclasses.fields(TrainOptions)}
-    return {**request.options, **{name: value for name, value in flags.items() if value not in (None, False)}}
+    return {**request.options, **{name: value for name, value in flags.items()
+                                  if value is not None and value is not False}}  # 0 is a value
 
 
 def run(request: Any) -> Result:
