@@ -122,10 +122,7 @@ class Int(Kind):
         return value
 
     def parse(self, name: str, text: str) -> Any:
-        try:
-            return self.check(name, int(text.strip()))
-        except ValueError:
-            raise self.refuse(name, text) from None
+        return self.check(name, _number(self, name, text, int))
 
 
 @dataclass(frozen=True)
@@ -159,10 +156,7 @@ class Float(Kind):
         return value
 
     def parse(self, name: str, text: str) -> Any:
-        try:
-            return self.check(name, float(text.strip()))
-        except ValueError:
-            raise self.refuse(name, text) from None
+        return self.check(name, _number(self, name, text, float))
 
 
 @dataclass(frozen=True)
@@ -355,6 +349,14 @@ class Pairs(Kind):
             except json.JSONDecodeError:
                 out[key] = raw
         return out
+
+
+def _number(kind: Kind, name: str, text: str, convert: Callable[[str], Any]) -> Any:
+    """The command line's text as a number (``int`` or ``float``), or the kind's refusal."""
+    try:
+        return convert(text.strip())
+    except ValueError:
+        raise kind.refuse(name, text) from None
 
 
 def _is_int(value: Any) -> bool:
