@@ -245,7 +245,7 @@ MOVED: dict[str, str] = {
     "now exactlens.tasks.kinds.cross_entropy_bits(task, outputs, targets, n_positions)",
     "exactlens.cli": "SUBCOMMAND_MODULES, cmd_list, cmd_verify, cmd_precision, cmd_report removed (verbs are "
     "exactlens.cli.<verb>.run, registered with register_verb)",
-    "exactlens.cli_diff": "module gone; exactlens.cli.diff (run, format_diff_text); add_diff_parser/cmd_diff gone",
+    "exactlens.cli_diff": "module gone; exactlens.verbs.diff (run, format_diff_text); add_diff_parser/cmd_diff gone",
     "exactlens.cli_hull": "module gone; exactlens.cli.hull (run, format_hull_text); add_hull_parser/cmd_hull gone",
     "exactlens.cli_pairlogic": "module gone; exactlens.papers.shin_matzinger.cli (run, arguments)",
     "exactlens.cli_train": "module gone; the verb is declared in exactlens.verbs.train (its flags generated from "

@@ -122,10 +122,7 @@ class Int(Kind):
         return value
 
     def parse(self, name: str, text: str) -> Any:
-        try:
-            return self.check(name, int(text.strip()))
-        except ValueError:
-            raise self.refuse(name, text) from None
+        return self.check(name, _number(self, name, text, int))
 
 
 @dataclass(frozen=True)
@@ -159,10 +156,7 @@ class Float(Kind):
         return value
 
     def parse(self, name: str, text: str) -> Any:
-        try:
-            return self.check(name, float(text.strip()))
-        except ValueError:
-            raise self.refuse(name, text) from None
+        return self.check(name, _number(self, name, text, float))
 
 
 @dataclass(frozen=True)
@@ -225,6 +219,7 @@ class Lengths(Kind):
 
     lo: int = 0
     hi: int | None = None
+    most: int = 10_000  # lengths in one request: a range is refused before its list is built
     what: str = "word lengths: 'A:B[:STEP]', 'a,b,c', an integer or a list of integers"
 
     def check(self, name: str, value: Any) -> Any:
@@ -236,6 +231,8 @@ class Lengths(Kind):
             raise self.refuse(name, value)
         if any(isinstance(v, bool) or not _is_int(v) for v in value):
             raise self.refuse(name, value)
+        if len(value) > self.most:
+            raise self.refuse(name, f"{len(value)} lengths", f" (at most {self.most})")
         lengths = sorted({int(v) for v in value})
         if lengths[0] < self.lo or (self.hi is not None and lengths[-1] > self.hi):
             bound = f" from {self.lo}" + (f" to {self.hi}" if self.hi is not None else "")
@@ -255,10 +252,15 @@ class Lengths(Kind):
                 parts = [int(p) for p in text.split(":")]
                 if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] <= 0) or parts[1] < parts[0]:
                     raise ValueError
-                return list(range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1))
+                span = range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1)
+                if len(span) > self.most:
+                    raise OverflowError
+                return list(span)
             return [int(p) for p in text.split(",")]
         except ValueError:
             raise self.refuse(name, text) from None
+        except OverflowError:
+            raise self.refuse(name, text, f" (at most {self.most} lengths)") from None
 
 
 @dataclass(frozen=True)
@@ -282,16 +284,17 @@ class IntList(Kind):
 
     def parse(self, name: str, text: str) -> Any:
         try:
-            if ":" in text:
-                lo, hi = (int(v) for v in text.split(":"))
-                if hi < lo:
-                    raise ValueError
-                if self.most is not None and hi - lo + 1 > self.most:
-                    raise self.refuse(name, text, f" (at most {self.most} values)")
-                return self.check(name, range(lo, hi + 1))
-            return self.check(name, [int(v) for v in text.split(",")])
+            bounds = [int(v) for v in text.split(":")] if ":" in text else None
+            values = None if bounds else [int(v) for v in text.split(",")]
         except ValueError:
             raise self.refuse(name, text) from None
+        if bounds is None:
+            return self.check(name, values)
+        if len(bounds) != 2 or bounds[1] < bounds[0]:
+            raise self.refuse(name, text)
+        if self.most is not None and bounds[1] - bounds[0] + 1 > self.most:  # refused before a list is built
+            raise self.refuse(name, text, f" (at most {self.most} values)")
+        return self.check(name, range(bounds[0], bounds[1] + 1))
 
 
 @dataclass(frozen=True)
@@ -346,6 +349,14 @@ class Pairs(Kind):
             except json.JSONDecodeError:
                 out[key] = raw
         return out
+
+
+def _number(kind: Kind, name: str, text: str, convert: Callable[[str], Any]) -> Any:
+    """The command line's text as a number (``int`` or ``float``), or the kind's refusal."""
+    try:
+        return convert(text.strip())
+    except ValueError:
+        raise kind.refuse(name, text) from None
 
 
 def _is_int(value: Any) -> bool:

@@ -1,39 +1,119 @@
-"""``exactlens diff`` (TEMPORARY: the command line's older form until its request is declared)."""
+"""``exactlens diff CHECKPOINT_DIR --against NAME [--html FILE] [--json]``: a trained model against an exact
+construction (:func:`exactlens.analysis.diff.diff`).
+
+The trained side is a checkpoint directory (ExactTransformer.save) or a construction name (e.g.
+``first-flawed`` against ``first``); in Python also a model or a train result. The options are
+:class:`exactlens.analysis.diff.request.DiffRequest`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import exactlens.cli.diff  # noqa: F401  (registers the command-line verb)
+from exactlens.analysis.diff.request import DiffRequest
 from exactlens.errors import ExactLensError
-from exactlens.results import Result, View, register_view
+from exactlens.results import Result, View
+from exactlens.verbs import VerbSpec, register_verb, tell
 from exactlens.verbs.common import pyplot
 
+__all__ = ["DiffRequest", "format_diff_text", "run"]
 
-def diff(trained: Any, against: str, *, lengths: str | Sequence[int] | None = None, strings: int = 64,
-         html: str | Path | None = None, overwrite: bool = False, device: Any = "auto", **options: Any) -> Result:
-    """``exactlens diff``: a trained model against an exact construction."""
-    from exactlens.analysis.diff import diff as run
-    from exactlens.requests import Lengths
 
-    if isinstance(trained, Result):
-        if not hasattr(trained, "model"):
-            raise ExactLensError(f"el.diff takes one trained model; this {trained.kind} result has "
-                                 f"{'.models (pick one: result.models[i])' if hasattr(trained, 'models') else 'none'}")
-        trained = trained.model
-    model = trained
-    lengths = None if lengths is None else Lengths(1).check("lengths", lengths)
-    result = run(model, against, lengths=lengths, strings=strings, device=device, **options)
-    if html is not None:
+def _trained(target: Any) -> Any:
+    """The trained side: a train result gives its model."""
+    if isinstance(target, Result):
+        if not hasattr(target, "model"):
+            raise ExactLensError(f"el.diff takes one trained model; this {target.kind} result has "
+                                 f"{'.models (pick one: result.models[i])' if hasattr(target, 'models') else 'none'}")
+        return target.model
+    return target
+
+
+def run(request: DiffRequest) -> Result:
+    from exactlens.analysis.diff import diff
+
+    trained = _trained(request.target)
+    if request.html is not None:  # before the work: a page that cannot be written is said now, not after minutes
+        from exactlens.viz.diff_page import check_diff_page
+
+        check_diff_page(request.html, request.overwrite)
+    label = request.target if isinstance(request.target, str) else type(trained).__name__
+    tell(f"diff: {label} against {request.against}")
+    data = diff(trained, request.against, request, progress=tell if request.quiet else None)
+    return Result("diff", data, trained=trained)
+
+
+def after(request: DiffRequest, result: Result, from_cli: bool) -> None:
+    if request.html is not None:  # after the result is out: a failing page write cannot lose it
         from exactlens.viz.diff_page import write_diff_page
 
-        write_diff_page(result, html, trained=model, overwrite=overwrite)
-    return Result("diff", result)
+        path = write_diff_page(result.to_dict(), request.html, trained=result.trained, overwrite=request.overwrite)
+        tell(f"diff: wrote {path}")
 
 
-def _plot_diff(result: Result) -> Any:
+def _num(value: Any, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_diff_text(result: dict[str, Any]) -> str:
+    """A short human-readable summary of a diff result."""
+    s = result["summary"]
+    lines = [f"diff against {result['exact']['name']} on lengths {result['settings']['lengths']}"]
+    if "behaviour" in result:
+        lines.append(
+            f"  accuracy trained {_num(s['trained_accuracy'])}, exact {_num(s['exact_accuracy'])}, "
+            f"agreement {_num(s['agreement'])}"
+        )
+    if "probes" in result:
+        lines.append("  feature                  best trained site                    R^2")
+        for f in result["probes"]["features"]:
+            lines.append(f"  {f['label']:24s} {str(f['best_site']):36s} {_num(f['best_r2'])}")
+    if "attention" in result:
+        for m in result["attention"]["matching"]:
+            lines.append(
+                f"  head L{m['trained_layer']}H{m['trained_head']} ~ exact L{m['exact_layer']}"
+                f"H{m['exact_head']}: TV distance {_num(m['distance'])}"
+            )
+    if "weights" in result:
+        for p in result["weights"]["pairs"]:
+            lines.append(
+                f"  weights L{p['trained_layer']}H{p['trained_head']}: QK cosine {_num(p['qk_cosine'])}, "
+                f"OV cosine {_num(p['ov_cosine'])}"
+            )
+    if "interventions" in result:
+        for f in result["interventions"]["features"]:
+            lines.append(
+                f"  intervention {f['label']} at {f['trained_site']}: IIA {_num(f['iia'])}, "
+                f"on changed pairs {_num(f['iia_changed'])}"
+            )
+    if "alignment" in result:
+        lines.append("  DAS: variable              best site (positions, dim)             "
+                     "IIA changed  random  untrained")
+        for b in result["alignment_details"].get("best", []):
+            where = f"{b['site']} ({b['position']}, {b['dim']})"
+            lines.append(f"  {b['origin'] + ':' + b['variable']:26s} {where:38s} {_num(b['iia_changed']):>11s}  "
+                         f"{_num(b['random_iia_changed']):>6s}  {_num(b['untrained_iia_changed']):>9s}")
+    c = result.get("circuit")
+    if c is not None and not c["available"]:
+        lines.append(f"  circuit: not compared ({c['reason']})")
+    elif c is not None:
+        e, n = c["edges"], c["nodes"]
+        lines.append(f"  circuit ({c['method']}, {c['granularity']}, {c.get('ablation', 'resample')} ablation): "
+                     f"edges shared {e['shared']} of exact "
+                     f"{e['truth']} / found {e['found']} (Jaccard {_num(e['jaccard'])}, AUROC {_num(e['auroc'])}; "
+                     f"between components Jaccard {_num(e['between_components']['jaccard'])}); "
+                     f"nodes shared {n['shared']} of {n['truth']} / {n['found']}; the method on the exact model: "
+                     f"edge AUROC {_num(c['method_check']['edge_auroc'])}")
+    return "\n".join(lines)
+
+
+def headline(data: dict[str, Any]) -> list[tuple[str, Any]]:
+    return ([("against", data["exact"]["name"]), ("lengths", len(data["settings"]["lengths"]))]
+            + [(k, v) for k, v in data["summary"].items() if v is not None])
+
+
+def plot(result: Result) -> Any:
+    """DAS: the interchange-intervention accuracy on changed pairs per variable and site (a heat map)."""
     import numpy as np
 
     plt = pyplot()
@@ -54,16 +134,8 @@ def _plot_diff(result: Result) -> Any:
     return fig
 
 
-register_view("diff", View(
-    lambda d: [("against", d["exact"]["name"]), ("lengths", len(d["settings"]["lengths"]))]
-    + [(k, v) for k, v in d["summary"].items() if v is not None],
-    lambda d: exactlens.cli.diff.format_diff_text(d), _plot_diff))
-
-
-def _register() -> None:
-    from exactlens.api import register_api
-
-    register_api("diff", diff)
-
-
-_register()
+register_verb(VerbSpec(
+    "diff", "compare a trained model with an exact construction (behaviour, probes, attention, weights, "
+    "interventions, DAS alignment, circuit overlap)", DiffRequest, run, views={"diff": View(headline,
+                                                                                           format_diff_text, plot)},
+    description=__doc__.split("\n\n")[0], after=after, order=50))

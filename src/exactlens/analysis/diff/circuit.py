@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from exactlens.analysis.circuit.ablation import ABLATIONS, mark_constant, model_reader
+from exactlens.analysis.circuit.ablation import mark_constant, model_reader
 from exactlens.analysis.circuit.correspond import compare_with_circuit
-from exactlens.analysis.circuit.discovery import METHODS, discover
+from exactlens.analysis.circuit.discovery import discover
 from exactlens.analysis.circuit.evaluate import shared_longest, word_batches
-from exactlens.analysis.circuit.graph import GRANULARITIES, model_graph
+from exactlens.analysis.circuit.graph import model_graph
 from exactlens.analysis.circuit.scoring import score_discovery
 from exactlens.analysis.circuit.truth import derive_circuit
 from exactlens.errors import ExactLensError
@@ -31,14 +31,8 @@ def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
                  granularity: str = "head", ablation: str = "resample") -> dict[str, Any]:
     """The ``circuit`` part of the diff JSON (module docstring); ``available`` is False, with the
     reason, when the trained model is not an ExactTransformer (discovery runs edge by edge on its
-    components)."""
-    if method not in METHODS:
-        raise ExactLensError(f"circuit method {method!r} is unknown; choose one of {', '.join(METHODS)}")
-    if granularity not in GRANULARITIES:
-        raise ExactLensError(f"circuit granularity {granularity!r} is unknown; "
-                             f"choose one of {', '.join(GRANULARITIES)}")
-    if ablation not in ABLATIONS:
-        raise ExactLensError(f"circuit ablation {ablation!r} is unknown; choose one of {', '.join(ABLATIONS)}")
+    components). The method, granularity and ablation are the request's, checked there
+    (exactlens.analysis.diff.request)."""
     head = {"method": method, "granularity": granularity, "ablation": ablation}
     if not isinstance(trained, ExactTransformer):
         return {**head, "available": False,

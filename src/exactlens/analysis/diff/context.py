@@ -1,0 +1,71 @@
+"""What every part of the diff reads: both models, their sides, the task, the lengths both accept, and the
+values of the steps run so far (:class:`Context`), prepared once from the request (:func:`prepare`).
+
+Everything a user can get wrong (the construction, the device, the trained side, its task and vocabulary,
+the lengths) is refused here, before any word is run.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from exactlens import tasks
+from exactlens.analysis.diff.runs import (
+    Side,
+    check_vocab,
+    describe,
+    make_side,
+    resolve_trained,
+    trained_reader,
+    usable_lengths,
+)
+from exactlens.constructions.registry import get
+from exactlens.devices import device_of, resolve_device
+
+__all__ = ["Context", "prepare"]
+
+
+@dataclass
+class Context:
+    """The two models of one diff and what the parts share (``values``: each step's value by name)."""
+
+    task: tasks.Task
+    model: Any  # the trained side's model
+    exact_model: Any
+    side: Side  # the trained side
+    exact: Side
+    lengths: list[int]
+    skipped: list[dict[str, Any]]
+    labels: list[str]  # the exact model's residual labels
+    device: Any
+    say: Callable[[str], None]
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def prepare(trained: Any, against: str, request: Any, say: Callable[[str], None]) -> Context:
+    """Both models on one device, read by their own readers, and the lengths both accept (module docstring)."""
+    construction = get(against)
+    target = resolve_device(request.device, request.exact_dtype) if request.device is not None else None
+    exact_model = construction.make(dtype=request.exact_dtype, **request.param)
+    task = tasks.of_model(exact_model)
+    model, info = resolve_trained(trained)
+    target = target if target is not None else device_of(model)
+    if device_of(model) != target:  # the caller's own model is copied, one loaded here is moved
+        model = (copy.deepcopy(model) if info["kind"] == "model" else model).to(target)
+    exact_model.to(target)
+    if hasattr(model, "eval"):
+        model.eval()
+    what = info.get("name") or info.get("path") or "the trained model"
+    reader = trained_reader(model, task, what, construction.name)  # different tasks: refused before anything else
+    info.update(describe(model))
+    info.update(check_vocab(model, task, what, construction.name))
+    exact_info = {"name": construction.name, "paper": construction.paper, "params": dict(request.param),
+                  **describe(exact_model)}
+    exact = make_side(exact_model, exact_info, tasks.reader(exact_model), exact_model.cfg.readout_position, True)
+    side = make_side(model, info, reader, exact.readout_position, False)
+    used, skipped = usable_lengths(request.lengths, construction, task, side, exact)
+    labels = [exact_model.residual_label(i) for i in range(exact.d_model)]
+    return Context(task, model, exact_model, side, exact, used, skipped, labels, target, say)

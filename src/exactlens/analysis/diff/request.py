@@ -1,0 +1,105 @@
+"""The diff's options, declared once (exactlens.requests): ``exactlens diff``'s flags, ``el.diff``'s and
+``exactlens.analysis.diff.diff``'s keyword arguments and their checks all come from :class:`DiffRequest`.
+
+Light at import (no torch): the command line builds its parser from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from exactlens.analysis.diff.parts import PARTS
+from exactlens.requests import (
+    Any_,
+    Bool,
+    Choice,
+    Device,
+    DType,
+    Float,
+    Int,
+    Lengths,
+    Pairs,
+    Path_,
+    Text,
+    TextList,
+    option,
+)
+
+__all__ = ["CIRCUIT_ABLATIONS", "CIRCUIT_GRANULARITIES", "CIRCUIT_METHODS", "DiffRequest", "ECHOED"]
+
+# The circuit package's names (analysis.circuit: METHODS, GRANULARITIES, ABLATIONS; a test keeps them equal),
+# here without importing torch.
+CIRCUIT_METHODS = ("patching", "eap", "acdc")
+CIRCUIT_GRANULARITIES = ("head", "qkv")
+CIRCUIT_ABLATIONS = ("resample", "mean", "cross-length")
+
+
+@dataclass(frozen=True)
+class _Params(Pairs):
+    """The construction's parameters; None (as ``params=None`` in Python) is none."""
+
+    def check(self, name: str, value: Any) -> Any:
+        return {} if value is None else super().check(name, value)
+
+
+@dataclass(frozen=True)
+class _ModelDevice(Device):
+    """A device, or None in Python: where the trained model already is (the default of
+    exactlens.analysis.diff.diff; ``el.diff`` and the command line default to auto)."""
+
+    def check(self, name: str, value: Any) -> Any:
+        return None if value is None else super().check(name, value)
+
+
+@dataclass(frozen=True)
+class DiffRequest:
+    """``exactlens diff CHECKPOINT_DIR --against NAME ...`` / ``el.diff(trained, against, ...)``."""
+
+    target: Any = option(positional=True, kind=Any_(), metavar="CHECKPOINT_DIR", api_name="trained",
+                         help="a checkpoint directory or a construction name (in Python also a model, or a train "
+                              "result)")
+    against: str = option(kind=Text(), metavar="NAME", api_positional=True,
+                          help="the exact construction (see `exactlens list`)")
+    param: dict = option({}, kind=_Params(), flag="--param", api_name="params",
+                         help="parameter of the construction (repeatable; in Python params={...})")
+    lengths: list | None = option(None, kind=Lengths(0),
+                                  help="word lengths A:B[:STEP] or a,b,c (default: 1..32, those both models accept)")
+    strings: int = option(64, kind=Int(2), help="words per length (all words where there are fewer)")
+    seed: int = option(0, kind=Int(0), help="seed of the words, probe splits, pairs and fits")
+    parts: tuple = option(PARTS, kind=TextList(choices=PARTS), metavar="PART,...",
+                          help=f"comma-separated parts (default: all of {','.join(PARTS)})")
+    das_max_dim: int = option(3, kind=Int(1), help="largest subspace dimension DAS tries (default 3)")
+    das_steps: int = option(80, kind=Int(1), help="Adam steps per DAS fit group (default 80)")
+    alignment_pairs: int = option(64, kind=Int(5), help="DAS (base, source) pairs per length (default 64)")
+    untrained_baseline: bool = option(True, kind=Bool(), flag="--no-untrained-baseline", negate=True,
+                                      help="skip the DAS baseline fitted on an untrained model of the same shape")
+    circuit_method: str = option("eap", kind=Choice(CIRCUIT_METHODS),
+                                 help="discovery method for the trained model's circuit (default eap: one pass per "
+                                      "length)")
+    circuit_granularity: str = option("head", kind=Choice(CIRCUIT_GRANULARITIES),
+                                      help="edges between whole heads or into their queries, keys and values "
+                                           "(default head)")
+    circuit_ablation: str = option("resample", kind=Choice(CIRCUIT_ABLATIONS),
+                                   help="what an ablated edge reads: another word of its length, the mean, or a word "
+                                        "of another length (sees per-length values such as the length itself); "
+                                        "default resample")
+    html: Any = option(None, kind=Path_(), metavar="FILE",
+                       help="also write an HTML page (attention views next to FILE in FILE_stem_files/)")
+    overwrite: bool = option(False, kind=Bool(), help="replace an existing --html page and its views")
+    device: Any = option("auto", kind=_ModelDevice(), metavar="{cpu,cuda,mps,auto}",
+                         help="where models run: cpu, cuda (or cuda:N), mps, or auto (default: CUDA if present, else "
+                              "MPS, else the CPU); both models run there; words and every comparison stay on the CPU")
+    # Python only
+    exact_dtype: str = option("float64", kind=DType(), cli=False, help="dtype of the exact model (default float64)")
+    test_fraction: float = option(0.3, kind=Float(0.0, 1.0, open_lo=True, open_hi=True), cli=False,
+                                  help="share of the words the probes are scored on (default 0.3)")
+    intervention_pairs: int = option(64, kind=Int(1), cli=False,
+                                     help="interchange pairs per length of the interventions part (default 64)")
+    quiet: bool = option(True, kind=Bool(), cli=False,
+                         help="False: progress messages on stderr (the command line always shows them)")
+
+
+ECHOED = ("strings", "seed", "exact_dtype", "test_fraction", "intervention_pairs", "das_max_dim", "das_steps",
+          "alignment_pairs", "untrained_baseline", "circuit_method", "circuit_granularity", "circuit_ablation")
+"""The request's fields the result's ``settings`` records (beside lengths, skipped lengths, parts, device)."""
