@@ -117,4 +117,4 @@ def test_cli_text_and_json_agree(tmp_path, capsys):
                     f"{info['final']['test_accuracy']:.4f}, test cross-entropy {info['final']['test_loss_bits']:.4f} "
                     f"bits/string; checkpoint {tmp_path / 'a'}")
     assert main(["train", "first", "--out", str(tmp_path / "b"), "--epochs", "0"]) == 2
-    assert "--epochs takes an integer >= 1, got '0'" in capsys.readouterr().err
+    assert "--epochs takes an integer >= 1, got 0" in capsys.readouterr().err
