@@ -4,17 +4,19 @@ slices under any scheduler, with one results table (docs/sweeps.md).
 ``run_sweep(spec, out, ...)`` is the work of ``exactlens sweep`` / ``el.sweep``: read and check the spec
 (exactlens.sweep.spec), skip the jobs already finished in ``out``, run the rest in units
 (exactlens.sweep.engines, exactlens.sweep.runner) and write the table and summary after each unit
-(exactlens.sweep.table)."""
+(exactlens.sweep.table). Like ``exactlens.train``, the package is also the verb: ``el.sweep(...)``."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from exactlens.callable_package import make_callable
 from exactlens.errors import ExactLensError
 from exactlens.sweep.spec import Job, Sweep, load_sweep, parse_sweep
 
@@ -138,3 +140,6 @@ def _train_cost(job: Job) -> tuple[int, int]:
     size = 8 if opts["dtype"] == "float64" else 4
     params = sum(p.numel() for p in model.parameters())
     return opts["epochs"] * opts["strings_per_epoch"], params * size + 400 * opts["epochs"]
+
+
+make_callable(sys.modules[__name__], "exactlens.api:sweep")  # el.sweep(...) runs the API verb

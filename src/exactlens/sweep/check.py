@@ -112,7 +112,12 @@ def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[s
         if isinstance(spec, VerbSpec):
             from exactlens.requests import from_call
 
-            from_call(verb, spec.request, args, options)
+            request = from_call(verb, spec.request, args, options)
+            params, name = getattr(request, "params", None), getattr(request, "name", None)
+            if params and isinstance(name, str):  # a construction's parameters (the request's extra keywords)
+                from exactlens.constructions import get
+
+                get(name).resolve(params)
         else:
             unknown = [k for k in options if k not in positional + keyword and not more]
             if unknown:

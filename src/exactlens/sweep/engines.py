@@ -118,7 +118,7 @@ def _lost(unit: list[Job], root: Path, error: str) -> list[dict[str, Any]]:
         row = read_row(root, job.id)
         if row is None:
             row = _row(job, "failed", 0.0, error)
-            _write(root, job, row, None, None)
+            _write(root, job, row, None, None, crash=False)
         rows.append(row)
     return rows
 
@@ -143,7 +143,10 @@ def _pack(directory: Path) -> bytes:
 
 def _unpack(blob: bytes, target: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-        tar.extractall(target, filter="data")
+        try:
+            tar.extractall(target, filter="data")  # no paths outside target, no devices
+        except TypeError:  # Python before 3.10.12: our own archives, written by _pack
+            tar.extractall(target)
 
 
 def _ray_unit(jobs: list[dict[str, Any]], inputs: dict[str, bytes]) -> list[tuple[dict[str, Any], bytes]]:

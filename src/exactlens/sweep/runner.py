@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -58,7 +57,9 @@ def _row(job: Job, status: str, seconds: float, error: str | None = None, headli
 
 def _headline(result: Any) -> dict[str, Any]:
     from exactlens.results import VIEWS
+    from exactlens.verbs import load_core_verbs
 
+    load_core_verbs()  # the views register with their verbs (a fresh worker has imported none)
     view = VIEWS.get(getattr(result, "kind", ""))
     if view is None:
         return {}
@@ -69,14 +70,16 @@ def _headline(result: Any) -> dict[str, Any]:
     return jsonable({str(k): v for k, v in rows})
 
 
-def _write(root: Path, job: Job, row: dict[str, Any], data: dict[str, Any] | None, output: Path | None) -> None:
+def _write(root: Path, job: Job, row: dict[str, Any], data: dict[str, Any] | None, output: Path | None,
+           crash: bool = True) -> None:
     with staged(job_dir(root, job.id), overwrite=True, what=f"job {job.id}") as tmp:
         (tmp / "job.json").write_text(dumps(job.to_dict()), encoding="utf-8")
         if data is not None:
             (tmp / "result.json").write_text(dumps(data), encoding="utf-8")
         if output is not None and output.exists():
             shutil.move(str(output), str(tmp / OUTPUT))
-        crash_point(job)
+        if crash:
+            crash_point(job)
         (tmp / ROW_FILE).write_text(dumps(row), encoding="utf-8")
 
 
@@ -125,7 +128,7 @@ def _run_one(job: Job, root: Path, rows: dict[str, dict[str, Any]]) -> dict[str,
         row = _row(job, "skipped", 0.0, blocked)
         _write(root, job, row, None, None)
         return row
-    scratch = Path(tempfile.mkdtemp(prefix=f".{job.id}.work-", dir=root))
+    scratch = Path(tempfile.mkdtemp(prefix=f".{job.id}.work-{os.getpid()}-", dir=root))
     start = time.perf_counter()
     try:
         options = legacy_options(job.verb, dict(job.options))
@@ -162,7 +165,7 @@ def _train_stack(stack: list[Job], root: Path) -> dict[str, dict[str, Any]]:
     from exactlens.train import train_many
 
     rows: dict[str, dict[str, Any]] = {}
-    scratch = Path(tempfile.mkdtemp(prefix=f".{stack[0].id}.work-", dir=root))
+    scratch = Path(tempfile.mkdtemp(prefix=f".{stack[0].id}.work-{os.getpid()}-", dir=root))
     start = time.perf_counter()
     try:
         options = dict(stack[0].options)
@@ -184,7 +187,3 @@ def _train_stack(stack: list[Job], root: Path) -> dict[str, dict[str, Any]]:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return rows
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
