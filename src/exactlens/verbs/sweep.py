@@ -17,7 +17,7 @@ __all__ = ["SweepRequest", "run"]
 @dataclass(frozen=True)
 class SweepRequest:
     spec: str = option(positional=True, kind=Path_(), metavar="SPEC.toml", help="the sweep's spec (TOML)")
-    out: str | None = option(None, kind=Path_(), required_on_cli=True,
+    out: str | None = option(None, kind=Path_(),
                              help="the sweep's directory: jobs/<id>/ per job, results.jsonl/.csv/.parquet, "
                                   "summary.html (not needed with --dry-run)")
     engine: str = option("local", kind=Choice(("local", "ray")),
