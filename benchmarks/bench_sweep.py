@@ -73,6 +73,9 @@ def main() -> int:
         units = len(lengths) * 2
         print(f"Fig. 4 as a sweep: {jobs} runs ({units} grid points x {seeds} seeds, {epochs} epochs), {cores} CPUs, "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
+        import exactlens as el
+
+        el.sweep(str(spec), dry_run=True)  # the driver's imports and the spec's checks, outside both timings
         local_wall, local_rows = run("local", spec, Path(tmp) / "local")
         per_unit = sum(r["seconds"] for r in local_rows) / units  # a row's seconds: its share of its stack's
         print(f"local engine: {local_wall:.1f} s wall; {per_unit:.1f} s per unit (a stack of {seeds} seeds), "
@@ -98,10 +101,12 @@ def main() -> int:
                       f"same test accuracies: {same}", flush=True)
                 goals.add("sweep: local / ray wall time on one machine", ratio, "x", ">= 0.5")
                 goals.add("sweep: ray table equals local (1 = yes)", float(same), "", ">= 1")
-        print(f"estimate for N machines of {cores} cores (units of {seeds} stacked seeds, {per_unit:.1f} s each):")
+        overhead = max(0.0, local_wall - math.ceil(units / min(cores, units)) * per_unit)
+        print(f"estimate for N machines of {cores} cores (units of {seeds} stacked seeds, {per_unit:.1f} s each, "
+              f"plus the start-up measured here: {overhead:.0f} s):")
         for n in (1, 2, 4, 8):
             slots = min(n * cores, units)
-            estimate = math.ceil(units / slots) * per_unit
+            estimate = math.ceil(units / slots) * per_unit + overhead
             print(f"  N = {n}: about {estimate:.0f} s ({slots} units at a time)")
         full_unit = per_unit * (1000 / epochs)
         print(f"  (at the paper's 1000 epochs a unit is roughly {full_unit:.0f} s at these lengths, scaling with the "

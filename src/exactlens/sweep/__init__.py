@@ -23,19 +23,29 @@ from exactlens.sweep.spec import Job, Sweep, load_sweep, parse_sweep
 __all__ = ["Job", "Sweep", "estimate", "load_sweep", "parse_sweep", "run_sweep"]
 
 
-def _clean_partials(root: Path) -> None:
-    """Remove staging siblings left by a process that died (its pid gone from this machine)."""
+def _clean_partials(root: Path, shared: bool) -> None:
+    """Remove what a dead process left in ``jobs/``: its hidden staging siblings (``.ID.partial-PID-...``) and
+    scratch directories (``.ID.work-PID-hHOST-...``). A scratch directory is another machine's where HOST
+    differs (left alone); a staging sibling names no machine, so with ``shared`` (slices that may be writing
+    from other machines) only one older than ten minutes is removed (a job's directory is written in seconds)."""
     jobs = root / "jobs"
     if not jobs.is_dir():
         return
+    from exactlens.sweep.runner import host_tag
+
     for entry in jobs.iterdir():
-        match = re.match(r"\..*\.(?:partial|replaced|work)-(\d+)", entry.name)
+        match = re.match(r"\..*\.(?:partial|replaced|work)-(\d+)(?:-h([A-Za-z0-9]+))?-", entry.name)
         if match is None:
             continue
+        pid, host = int(match.group(1)), match.group(2)
+        if host is not None and host != host_tag():
+            continue
+        if host is None and shared and time.time() - entry.stat().st_mtime < 600:
+            continue
         try:
-            os.kill(int(match.group(1)), 0)
-            alive = int(match.group(1)) != os.getpid()
-        except (ProcessLookupError, ValueError):
+            os.kill(pid, 0)
+            alive = pid != os.getpid()
+        except ProcessLookupError:
             alive = False
         except PermissionError:
             alive = True
@@ -66,7 +76,7 @@ def run_sweep(spec: str | Path, out: str | Path, *, engine: str = "local", addre
         raise ExactLensError(f"{out} already holds a sweep; pass --resume to continue it (finished jobs are kept, "
                              "failed ones rerun) or choose another directory")
     root.mkdir(parents=True, exist_ok=True)
-    _clean_partials(root)
+    _clean_partials(root, shared=slice_ is not None)
     done = {j.id for j in sweep.jobs if (read_row(root, j.id) or {}).get("status") == "ok"}
     units = plan_units(sweep, done, slice_)
     todo = sum(len(u) for u in units)

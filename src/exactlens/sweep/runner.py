@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +42,15 @@ def read_row(root: str | Path, job_id: str) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
+
+
+def _work_prefix(job: Job) -> str:
+    """A job's scratch directory: hidden, named by process and machine (so only a dead process's is removed)."""
+    return f".{job.id}.work-{os.getpid()}-h{host_tag()}-"
 
 
 def one_line(err: BaseException) -> str:
@@ -128,7 +139,7 @@ def _run_one(job: Job, root: Path, rows: dict[str, dict[str, Any]]) -> dict[str,
         row = _row(job, "skipped", 0.0, blocked)
         _write(root, job, row, None, None)
         return row
-    scratch = Path(tempfile.mkdtemp(prefix=f".{job.id}.work-{os.getpid()}-", dir=root))
+    scratch = Path(tempfile.mkdtemp(prefix=_work_prefix(job), dir=root))
     start = time.perf_counter()
     try:
         options = legacy_options(job.verb, dict(job.options))
@@ -165,7 +176,7 @@ def _train_stack(stack: list[Job], root: Path) -> dict[str, dict[str, Any]]:
     from exactlens.train import train_many
 
     rows: dict[str, dict[str, Any]] = {}
-    scratch = Path(tempfile.mkdtemp(prefix=f".{stack[0].id}.work-{os.getpid()}-", dir=root))
+    scratch = Path(tempfile.mkdtemp(prefix=_work_prefix(stack[0]), dir=root))
     start = time.perf_counter()
     try:
         options = dict(stack[0].options)
