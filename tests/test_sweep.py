@@ -213,3 +213,17 @@ def test_ray_gives_the_same_table_as_local(local_run):
     assert _answers(_rows(tmp / "ray")) == _answers(_rows(local))
     rows = _rows(tmp / "ray")
     assert all((tmp / "ray" / r["dir"] / "output" / "weights.pt").is_file() for r in rows if r["verb"] == "train")
+
+
+def test_cli_dry_run_json_and_a_bad_spec_exits_2(tmp_path, capsys):
+    from exactlens.cli import main
+
+    spec = _spec(tmp_path)
+    assert main(["sweep", str(spec), "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["dry_run"] and len(plan["jobs"]) == 8 and plan["estimate"]["per_verb"]["verify"] == 4
+    bad = _spec(tmp_path, '[[job]]\nverb = "verify"\nname = "first"\ngrid = { strings = [] }\n')
+    assert main(["sweep", str(bad), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any("line 4: empty grid" in line for line in err), err
+    assert not (tmp_path / "out").exists()

@@ -98,7 +98,13 @@ def run_local(units: list[list[Job]], root: Path, report: Report, workers: int |
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch thread pools
+    # Workers forked from a server that has imported torch and exactlens once (no import per worker, no
+    # torch thread pool inherited from this process); spawn where there is no forkserver (Windows).
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["torch", "exactlens.train.loop", "exactlens.sweep.runner"])
+    else:
+        context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = {pool.submit(_pool_unit, [j.to_dict() for j in unit], str(root), _threads(workers)): unit
                    for unit in units}
