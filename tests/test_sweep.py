@@ -227,3 +227,17 @@ def test_cli_dry_run_json_and_a_bad_spec_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert any("line 4: empty grid" in line for line in err), err
     assert not (tmp_path / "out").exists()
+
+
+def test_stack_splits_the_seeds_of_a_train_job_into_units():
+    from exactlens.sweep.engines import plan_units
+
+    text = SPEC.replace("seeds = [0, 1]", "seeds = [0, 1, 2]")
+    whole = parse_sweep(text, check=False)
+    assert [len([j for j in u if j.verb == "train"]) for u in plan_units(whole, set())][:1] == [3]
+    split = parse_sweep(text.replace("[sweep]\n", "[sweep]\nstack = 2\n"), check=False)
+    trains = [[j.sweep_seed for j in u if j.verb == "train"] for u in plan_units(split, set())]
+    assert trains[:2] == [[0, 1], [2]]
+    assert [j.id for j in split.jobs] == [j.id for j in whole.jobs]  # how seeds stack is no part of a job's id
+    with pytest.raises(ExactLensError, match="line 3: stack must be"):
+        parse_sweep(text.replace("[sweep]\n", "[sweep]\nstack = -1\n"), "s.toml", check=False)

@@ -44,9 +44,10 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 
 
 def plan_units(sweep: Sweep, done: set[str], shard: tuple[int, int] | None = None) -> list[list[Job]]:
-    """The units still to run, in spec order: each root's stack (train: every seed of one group; other
-    verbs: one seed) with its descendants, less the jobs in ``done``. ``shard`` (i, n): the i-th of every n
-    units of the whole plan (done or not), so a slice never changes as jobs finish."""
+    """The units still to run, in spec order: each root's stack (train: the seeds of one group, at most
+    ``stack`` of them; other verbs: one seed) with its descendants, less the jobs in ``done``. ``shard``
+    (i, n): the i-th of every n units of the whole plan (done or not), so a slice never changes as jobs
+    finish."""
     children: dict[str, list[Job]] = {}
     for job in sweep.jobs:
         if job.parent is not None:
@@ -62,8 +63,12 @@ def plan_units(sweep: Sweep, done: set[str], shard: tuple[int, int] | None = Non
         if job.parent is None:
             key = job.group if job.verb == "train" else job.id
             stacks.setdefault(key, []).append(job)
+    pieces = []
+    for stack in stacks.values():
+        size = stack[0].stack or len(stack)
+        pieces += [stack[i:i + size] for i in range(0, len(stack), size)]
     units = []
-    for index, stack in enumerate(stacks.values()):
+    for index, stack in enumerate(pieces):
         if shard is not None and index % shard[1] != shard[0]:
             continue
         jobs = list(stack) + [d for root in stack for d in family(root)]

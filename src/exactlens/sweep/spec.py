@@ -5,6 +5,7 @@
     [sweep]
     seeds = [0, 1]                    # every job runs once per seed (default [0])
     cpus = 1                          # each job's request on a Ray cluster (default 1 CPU, 0 GPUs)
+    stack = 0                         # train: at most this many seeds in one computation (0: all)
 
     [[job]]
     verb = "train"
@@ -32,8 +33,8 @@ from exactlens.errors import ExactLensError
 
 __all__ = ["Job", "Sweep", "load_sweep", "parse_sweep"]
 
-JOB_KEYS = ("verb", "options", "grid", "seeds", "then", "cpus", "gpus")
-SWEEP_KEYS = ("seeds", "cpus", "gpus")
+JOB_KEYS = ("verb", "options", "grid", "seeds", "then", "cpus", "gpus", "stack")
+SWEEP_KEYS = ("seeds", "cpus", "gpus", "stack")
 
 
 @dataclass(frozen=True)
@@ -52,16 +53,18 @@ class Job:
     grid: dict[str, Any] = field(default_factory=dict)  # the grid values of this job's options
     cpus: float = 1.0
     gpus: float = 0.0
+    stack: int = 0  # train: at most this many seeds trained together (0: all the seeds of the group)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "verb": self.verb, "options": self.options, "seed": self.sweep_seed,
                 "verb_seed": self.seed, "parent": self.parent, "line": self.line, "group": self.group,
-                "grid": self.grid, "cpus": self.cpus, "gpus": self.gpus}
+                "grid": self.grid, "cpus": self.cpus, "gpus": self.gpus,
+                "stack": self.stack}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Job:
         return Job(d["id"], d["verb"], d["options"], d["verb_seed"], d["seed"], d["parent"], d["line"], d["group"],
-                   d["grid"], d["cpus"], d["gpus"])
+                   d["grid"], d["cpus"], d["gpus"], d.get("stack", 0))
 
 
 @dataclass
@@ -131,7 +134,8 @@ def parse_sweep(text: str, path: str = "<spec>", check: bool = True) -> Sweep:
         raise ExactLensError(f"{where(bad[0])}: unknown [sweep] key {bad[0]!r}; allowed: {', '.join(SWEEP_KEYS)}")
     seeds = _seeds(head.get("seeds", [0]), where("seeds"))
     defaults = {"cpus": _amount(head.get("cpus", 1), where("cpus"), "cpus"),
-                "gpus": _amount(head.get("gpus", 0), where("gpus"), "gpus")}
+                "gpus": _amount(head.get("gpus", 0), where("gpus"), "gpus"),
+                "stack": _count(head.get("stack", 0), where("stack"))}
     tables = data.get("job")
     if not isinstance(tables, list) or not tables:
         raise ExactLensError(f"{path}: no jobs; add at least one [[job]] table with a verb")
@@ -160,6 +164,12 @@ def _amount(value: Any, where: str, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ExactLensError(f"{where}: {name} must be a number >= 0, got {value!r}")
     return float(value)
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ExactLensError(f"{where}: stack must be an integer >= 0 (0: every seed together), got {value!r}")
+    return value
 
 
 def _expand(table: Any, seeds: list[int], defaults: dict[str, float], parent: Job | None, lines: _Lines, path: str,
@@ -196,6 +206,7 @@ def _expand(table: Any, seeds: list[int], defaults: dict[str, float], parent: Jo
         raise ExactLensError(f"{at('seed')}: give seeds with `seeds = [...]` (on [sweep] or the job), not as an option")
     cpus = _amount(table.get("cpus", defaults["cpus"]), at("cpus"), "cpus")
     gpus = _amount(table.get("gpus", defaults["gpus"]), at("gpus"), "gpus")
+    stack = _count(table.get("stack", defaults["stack"]), at("stack"))
     then = table.get("then", [])
     if not isinstance(then, list) or any(not isinstance(t, dict) for t in then):
         raise ExactLensError(f"{at('then')}: then must be a list of job tables, got {then!r}")
@@ -214,7 +225,7 @@ def _expand(table: Any, seeds: list[int], defaults: dict[str, float], parent: Jo
             label = str(merged.get("name") or merged.get("target") or merged.get("against") or "")
             job_id = "-".join(filter(None, (verb, _slug(label), f"s{seed}", ident[:10])))
             job = Job(job_id, verb, merged, seed if seeded else None, seed, parent.id if parent else None, line,
-                      group[:12], dict(point), cpus, gpus)
+                      group[:12], dict(point), cpus, gpus, stack)
             out.append(job)
             for child in then:
                 child_line = _child_line(lines, child, start, end, line)

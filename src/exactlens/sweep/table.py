@@ -25,6 +25,7 @@ from exactlens.sweep.spec import Sweep
 
 __all__ = ["collect_rows", "flat_row", "write_summary", "write_table"]
 
+NOT_PLOTTED = ("seed", "seconds", "steps", "lengths")  # headline rows that describe the job, not its outcome
 FIXED = ("job", "verb", "seed", "status", "error", "seconds", "stacked", "parent", "dir", "line")
 
 
@@ -102,7 +103,7 @@ def _plots(rows: list[dict[str, Any]]) -> list[str]:
     for verb in dict.fromkeys(r["verb"] for r in ok):
         mine = [r for r in ok if r["verb"] == verb]
         figures = [k for k in dict.fromkeys(k for r in mine for k in r["headline"])
-                   if k != "seconds" and all(isinstance(r["headline"].get(k), (int, float))
+                   if k not in NOT_PLOTTED and all(isinstance(r["headline"].get(k), (int, float))
                                              and not isinstance(r["headline"].get(k), bool) for r in mine)]
         labels = list(dict.fromkeys(_label(r) for r in mine))
         if len(mine) < 2 or not figures:
