@@ -81,21 +81,12 @@ def plan_units(sweep: Sweep, done: set[str], shard: tuple[int, int] | None = Non
 Report = Callable[[list[dict[str, Any]]], None]
 
 
-def _threads(workers: int) -> int:
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
-
-
-def _pool_unit(jobs: list[dict[str, Any]], root: str, threads: int) -> list[dict[str, Any]]:
-    import torch
-
-    torch.set_num_threads(threads)
-    return run_unit(jobs, root)
-
-
 def run_local(units: list[list[Job]], root: Path, report: Report, workers: int | None = None) -> None:
-    """Units in a process pool of ``workers`` (default: the machine's CPUs, at most one per unit); one
+    """Units in a process pool of ``workers`` (default: the machine's CPUs over the jobs' ``cpus``, at most one
+    per unit); one
     worker runs them in this process. A worker that dies fails its unit's jobs (rerun by --resume)."""
-    workers = min(workers or os.cpu_count() or 1, len(units))
+    threads = max(1, int(max(j.cpus for unit in units for j in unit))) if units else 1
+    workers = min(workers or max(1, (os.cpu_count() or 1) // threads), len(units))
     if workers <= 1:
         for unit in units:
             report(run_unit([j.to_dict() for j in unit], root))
@@ -111,7 +102,7 @@ def run_local(units: list[list[Job]], root: Path, report: Report, workers: int |
     else:
         context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = {pool.submit(_pool_unit, [j.to_dict() for j in unit], str(root), _threads(workers)): unit
+        futures = {pool.submit(run_unit, [j.to_dict() for j in unit], str(root)): unit
                    for unit in units}
         for future in as_completed(futures):
             try:

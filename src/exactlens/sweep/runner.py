@@ -104,17 +104,25 @@ def crash_point(job: Job) -> None:
 
 def run_unit(jobs: list[dict[str, Any]], root: str | Path) -> list[dict[str, Any]]:
     """Run a unit's jobs (dicts of Job.to_dict, parents before children) writing into ``root``; the rows."""
+    import torch
+
     root = Path(root)
     todo = [Job.from_dict(j) for j in jobs]
     rows: dict[str, dict[str, Any]] = {}
-    for job in todo:
-        if job.id in rows:
-            continue
-        if job.verb == "train":
-            stack = [j for j in todo if j.verb == "train" and j.group == job.group and j.id not in rows]
-            rows.update(_train_stack(stack, root))
-            continue
-        rows[job.id] = _run_one(job, root, rows)
+    # torch threads = the unit's CPU request on every engine (the same reductions, so the same numbers)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, min(int(max(j.cpus for j in todo)), os.cpu_count() or 1)))
+    try:
+        for job in todo:
+            if job.id in rows:
+                continue
+            if job.verb == "train":
+                stack = [j for j in todo if j.verb == "train" and j.group == job.group and j.id not in rows]
+                rows.update(_train_stack(stack, root))
+                continue
+            rows[job.id] = _run_one(job, root, rows)
+    finally:
+        torch.set_num_threads(previous)
     return [rows[j.id] for j in todo]
 
 
