@@ -188,7 +188,7 @@ def run_ray(units: list[list[Job]], root: Path, report: Report, address: str | N
                       if j.parent is not None and j.parent not in {u.id for u in unit}
                       and job_dir(root, j.parent).is_dir()}
             ref = task.options(num_cpus=max(j.cpus for j in unit), num_gpus=max(j.gpus for j in unit),
-                               max_retries=0).remote([j.to_dict() for j in unit], inputs)
+                               max_retries=1).remote([j.to_dict() for j in unit], inputs)
             pending[ref] = unit
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
