@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
 	$(VENV)/bin/pip install $(PIP_FLAGS) $(TORCH)
-	$(VENV)/bin/pip install $(PIP_FLAGS) -e ".[dev,tracr]"
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e ".[dev,tracr,ray]"
 	touch $@
 
 # A second environment with TransformerLens 3.9.0 (HookedTransformer) for the export tests.
