@@ -10,9 +10,19 @@ from typing import Any
 
 
 class CallablePackage(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _verb(self) -> Any:
         module, _, name = self.__dict__["__exactlens_verb__"].partition(":")
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+        return getattr(importlib.import_module(module), name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._verb()(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> Any:
+        """The verb's signature (``inspect.signature(el.train)`` lists its options)."""
+        import inspect
+
+        return inspect.signature(self._verb())
 
 
 def make_callable(module: types.ModuleType, verb: str) -> None:
