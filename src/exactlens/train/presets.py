@@ -22,6 +22,7 @@ import torch
 
 from exactlens import tasks
 from exactlens.constructions import registry as constructions
+from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.train import shaped
@@ -232,7 +233,7 @@ def validate_generic(o: Options) -> None:
     if o["grad_clip"] is not None:
         o["grad_clip"] = number("grad_clip", o["grad_clip"])
     o["ln_eps"] = number("ln_eps", o["ln_eps"], strict=False)
-    choice("dtype", o["dtype"], ("float32", "float64"))
+    o["dtype"] = dtype_name(o["dtype"])
     if o["threads"] is not None:
         positive_int("threads", o["threads"])
 
