@@ -5,7 +5,9 @@ Writes DIR/config.json + DIR/weights.pt (load with ExactTransformer.load(DIR); t
 the task), DIR/history.jsonl (one record per epoch) and DIR/run.json (preset, seed, options,
 timing, final metrics). Options not given keep the preset's value (the paper's setting); a
 preset's own options without a flag here go through --option KEY=VALUE. With --json, stdout
-carries exactly one JSON object (run.json's content); progress goes to stderr.
+carries exactly one JSON object (run.json's content); progress goes to stderr: in a terminal a
+bar (rate, time left, the latest training loss and test accuracy), elsewhere (a log, a pipe,
+--quiet) one line per evaluation.
 
 --seeds 0:9 (or 0,3,7) trains one run per seed together (exactlens.train.train_many;
 each run equals its single --seed run) into DIR/seed{s}/; --json then prints one object
@@ -22,6 +24,7 @@ from exactlens.cli.common import add_device_argument, emit, parse_params, progre
 from exactlens.cli.registry import Verb, register_verb
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps
+from exactlens.progress import showing
 
 __all__ = ["parse_length", "parse_seeds", "run"]
 
@@ -50,6 +53,12 @@ def parse_seeds(text: str) -> list[int]:
     if not seeds or min(seeds) < 0:
         raise ExactLensError(f"--seeds must name at least one seed, all >= 0, got {text!r}")
     return seeds
+
+
+def evaluation_line(message: str) -> None:
+    """A line per evaluation where no bar shows: a log keeps what a terminal's bar shows."""
+    if not showing():
+        progress(message)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -85,7 +94,7 @@ def run(args: argparse.Namespace) -> None:
         options["scaled"] = True
 
     if args.seeds is not None:
-        runs = train_many(args.task, parse_seeds(args.seeds), out=args.out, progress=progress,
+        runs = train_many(args.task, parse_seeds(args.seeds), out=args.out, progress=evaluation_line,
                           overwrite=args.overwrite, device=args.device, **options)
         if args.json:
             sys.stdout.write(dumps({"runs": [r.info for r in runs]}) + "\n")
@@ -94,7 +103,7 @@ def run(args: argparse.Namespace) -> None:
             sys.stdout.write(f"{args.task} seed {r.seed}: {_final_text(r.final)}; checkpoint {r.checkpoint}\n")
         sys.stdout.write(f"{len(runs)} runs trained together in {runs[0].wall_s:.1f} s\n")
         return
-    result = train(args.task, out=args.out, seed=args.seed, progress=progress, overwrite=args.overwrite,
+    result = train(args.task, out=args.out, seed=args.seed, progress=evaluation_line, overwrite=args.overwrite,
                    device=args.device, **options)
     emit(result.info, args.json, f"{args.task} seed {args.seed}: {result.info['steps']} steps in "
          f"{result.wall_s:.1f} s; {_final_text(result.final)}; checkpoint {args.out}")
