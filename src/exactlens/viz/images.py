@@ -14,10 +14,13 @@ from pathlib import Path
 
 
 def palette_png(data: bytes) -> bytes:
-    """The PNG ``data`` with a 256-colour palette, or ``data`` itself when that is not smaller."""
+    """The PNG ``data`` with a 256-colour palette, or ``data`` itself when that is not smaller or it has a
+    palette already (quantized once, never twice)."""
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as image:
+        if image.mode == "P":
+            return data
         rgba = image.convert("RGBA")
     white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
     rgb = Image.alpha_composite(white, rgba).convert("RGB")
