@@ -49,6 +49,16 @@ def test_every_dtype_argument_takes_torch_dtypes():
         get("parity").make(dtype=torch.float16)
 
 
+def test_paper_settings_take_a_torch_dtype():
+    from exactlens.papers.brody.lm import LMSettings
+    from exactlens.papers.shin_matzinger.training import PairTrainConfig
+
+    assert LMSettings(dtype=torch.float64).dtype == "float64"
+    assert PairTrainConfig(dtype=torch.float64).dtype == "float64"
+    with pytest.raises(ExactLensError, match="choose one of float32, float64"):
+        PairTrainConfig(dtype="half")
+
+
 def test_training_takes_a_torch_dtype():
     from exactlens.train import train
 
