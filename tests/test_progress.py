@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 
@@ -132,3 +133,116 @@ def test_a_jupyter_kernel_gets_a_bar_and_no_warning(tmp_path, monkeypatch):
         assert module == "tqdm.std"
         assert "jupyter-bar-check:" in stderr and "0/3" in stderr, f"no text bar on the kernel's stderr: {stderr!r}"
         assert "IProgress not found" in stdout[2], "tqdm.auto no longer warns here: the check above proves nothing"
+
+
+# ---- training: a bar with rate, time left and the latest figures; lines only where no bar shows ----
+
+
+class SizedTerminal(FakeTerminal):
+    """A terminal with a file descriptor (the size is monkeypatched)."""
+
+    def fileno(self) -> int:
+        return 2
+
+
+def on_terminal(monkeypatch) -> FakeTerminal:
+    """From here on stderr is a terminal: bars show (tqdm's own rule), drawn into the buffer returned.
+    (Called in the test itself: pytest sets its own sys.stderr again between a fixture and the test.)"""
+    screen = FakeTerminal()
+    monkeypatch.setattr(progress.sys, "stderr", screen)
+    monkeypatch.delenv("EXACTLENS_QUIET", raising=False)
+    progress.set_quiet(False)
+    return screen
+
+
+@pytest.fixture
+def postfixes(monkeypatch):
+    """Every set_postfix of every bar, in order (the real bar still draws)."""
+    seen = []
+
+    class Recording(progress.text_bar):
+        def set_postfix(self, ordered_dict=None, refresh=True, **kwargs):
+            seen.append((self.desc, dict(ordered_dict or {}, **kwargs)))
+            super().set_postfix(ordered_dict, refresh=refresh, **kwargs)
+
+    monkeypatch.setattr(progress, "tqdm", Recording)
+    return seen
+
+
+def test_training_bar_shows_rate_time_left_and_the_latest_figures(monkeypatch, postfixes):
+    terminal = on_terminal(monkeypatch)
+    from exactlens.train import train
+
+    run = train("first", epochs=4, strings_per_epoch=10, test_strings=10, eval_every=2)
+    drawn = terminal.getvalue()
+    assert "train first" in drawn and "epoch/s" in drawn, "the rate"
+    assert "0/4 [00:00<" in drawn, "elapsed<time left"
+    last = postfixes[-1][1]
+    final = run.history[-1]
+    assert last == {"loss_bits": f"{final['train_loss_bits']:.4f}", "acc": f"{final['train_accuracy']:.3f}",
+                    "test_acc": f"{final['test_accuracy']:.3f}"}
+    assert "test_acc" not in postfixes[0][1], "no test figure before the first evaluation"
+    assert not progress.showing(), "the bar is closed after training"
+
+
+def test_several_seeds_show_the_mean_of_the_runs(monkeypatch, postfixes):
+    on_terminal(monkeypatch)
+    from exactlens.train import train_many
+
+    runs = train_many("first", [0, 1], epochs=2, strings_per_epoch=10, test_strings=10)
+    desc, last = postfixes[-1]
+    assert desc == "train first (2 seeds, mean)"
+    for key, field, form in (("loss_bits", "train_loss_bits", "{:.4f}"), ("test_acc", "test_accuracy", "{:.3f}")):
+        assert last[key] == form.format(sum(r.history[-1][field] for r in runs) / 2)
+
+
+def test_lbfgs_has_a_bar_per_seed(monkeypatch, postfixes):
+    terminal = on_terminal(monkeypatch)
+    from exactlens.train import train
+
+    run = train("first", optimizer="lbfgs", epochs=3, strings_per_epoch=10, test_strings=10, seed=4)
+    assert postfixes and all(desc == "train first seed 4" for desc, _ in postfixes)
+    assert postfixes[-1][1]["loss_bits"] == f"{run.history[-1]['train_loss_bits']:.4f}"
+    assert "iter/s" in terminal.getvalue()
+
+
+def test_cli_prints_evaluation_lines_only_where_no_bar_shows(tmp_path, capsys, monkeypatch):
+    args = ["train", "first", "--epochs", "4", "--eval-every", "2", "--strings-per-epoch", "10", "--test-strings",
+            "10"]
+    assert main([*args, "--out", str(tmp_path / "log")]) == 0  # stderr is captured: no terminal, no bar
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("first seed 0 epoch")]
+    assert [line.split(":")[0] for line in lines] == ["first seed 0 epoch 2/4", "first seed 0 epoch 4/4"]
+    screen = on_terminal(monkeypatch)
+    assert main([*args, "--out", str(tmp_path / "terminal")]) == 0
+    assert "train first" in screen.getvalue(), "the bar"
+    assert "first seed 0 epoch" not in screen.getvalue() + capsys.readouterr().err, "the bar replaces the lines"
+
+
+def test_printing_while_a_bar_shows_clears_and_redraws_it(monkeypatch):
+    terminal = on_terminal(monkeypatch)
+    shown = progress.bar(range(3), desc="outer")
+    assert progress.showing()
+    before = len(terminal.getvalue())
+    with progress.printing_around_bars():
+        terminal.write("a line\n")
+    after = terminal.getvalue()[before:]
+    assert after.index("a line") > 0 and "outer" in after.split("a line")[1], "cleared before, redrawn after"
+    shown.close()
+    assert not progress.showing()
+
+
+def test_a_terminal_without_a_size_gets_a_fixed_one(monkeypatch):
+    """A pseudo-terminal that reports 0 x 0 (script, some CI runners): tqdm would draw nothing there."""
+    monkeypatch.setattr(progress.os, "get_terminal_size", lambda fd=None: os.terminal_size((0, 0)))
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("LINES", "30")
+    assert progress._width(SizedTerminal()) == {"ncols": 100, "nrows": 30}
+    monkeypatch.setattr(progress.os, "get_terminal_size", lambda fd=None: os.terminal_size((120, 40)))
+    assert progress._width(SizedTerminal()) == {"dynamic_ncols": True}
+    assert progress._width(io.StringIO()) == {"dynamic_ncols": True}, "no file descriptor: tqdm decides"
+    monkeypatch.setattr(progress.sys, "stderr", SizedTerminal())
+    monkeypatch.setattr(progress.os, "get_terminal_size", lambda fd=None: os.terminal_size((0, 0)))
+    progress.set_quiet(False)
+    made = progress.bar(range(3), desc="sized")
+    assert made.ncols == 100 and made.nrows == 30
+    made.close()

@@ -34,7 +34,11 @@ def available_devices() -> list[str]:
 
 def resolve_device(name: Any = None, dtype: str | None = None) -> Any:
     """``name`` (a string, a torch.device or None) -> a torch.device that exists on this machine.
-    ``dtype`` ("float32"/"float64"): MPS has no float64, so "auto" then skips it and "mps" is refused."""
+    ``dtype`` ("float32"/"float64" or the torch dtype): MPS has no float64, so "auto" then skips it and "mps" is
+    refused."""
+    from exactlens.dtypes import dtype_name
+
+    dtype = None if dtype is None else dtype_name(dtype)
     device = _resolve(name, float64=dtype == "float64")
     if device.type == "mps" and dtype == "float64":
         raise ExactLensError("device 'mps' has no float64; use --dtype float32 there, or --device cpu for float64")

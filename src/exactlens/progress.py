@@ -6,19 +6,28 @@ stderr is no terminal, yet a person watches the cell), as ipywidgets' widget or,
 ipywidgets, as text -- tqdm.auto would warn "IProgress not found" there and show nothing. Never
 with ``quiet`` (``exactlens --quiet``, ``set_quiet(True)`` or the environment variable
 ``EXACTLENS_QUIET=1``). Bars never write to stdout, so ``--json`` keeps stdout to one JSON object.
+
+A terminal that reports no size (a pseudo-terminal without one, as ``script`` or some CI runners
+make) gets bars of $COLUMNS or 80 columns: tqdm would draw nothing there. Lines printed
+while a bar shows go through :func:`printing_around_bars` (the bar steps aside and is redrawn
+below them); :func:`showing` says whether a bar is on screen, for messages that a bar replaces.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import shutil
 import sys
-from collections.abc import Iterable
+import weakref
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tqdm.std import tqdm as text_bar
 
 _quiet = False
+_made: weakref.WeakSet = weakref.WeakSet()  # the bars made by bar(), while they exist
 
 
 def in_jupyter() -> bool:
@@ -69,8 +78,40 @@ def bar(iterable: Iterable[Any] | None = None, *, desc: str, unit: str = "it", t
     """A tqdm bar on stderr (left on screen only while running); none for fewer than ``min_items``."""
     size = total if total is not None else (len(iterable) if hasattr(iterable, "__len__") else None)
     disable = shows(size if size is not None else min_items, min_items)
-    return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr, leave=False, dynamic_ncols=True,
-                disable=disable, **kwargs)
+    width = {} if disable is True else _width(sys.stderr)
+    made = tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr, leave=False, disable=disable,
+                **{**width, **kwargs})
+    _made.add(made)
+    return made
+
+
+def _width(stream: Any) -> dict[str, Any]:
+    """tqdm's size settings: follow the terminal's size, or a fixed one where it reports none (tqdm
+    would draw a bar 0 columns wide, and hide it below row 0)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # no file descriptor, or not a terminal: tqdm decides
+        return {"dynamic_ncols": True}
+    if size.columns > 0 and size.lines > 0:
+        return {"dynamic_ncols": True}
+    fallback = shutil.get_terminal_size()  # $COLUMNS / $LINES, else 80 x 24
+    return {"ncols": fallback.columns, "nrows": fallback.lines}
+
+
+def showing() -> bool:
+    """Whether a bar made by :func:`bar` is on screen now (made, shown, not closed yet)."""
+    return any(not made.disable for made in list(_made))
+
+
+@contextlib.contextmanager
+def printing_around_bars() -> Iterator[None]:
+    """Print inside this block while bars show: they are cleared first and redrawn after, so a line
+    never lands in the middle of a bar (tqdm's external_write_mode; nothing to do without bars)."""
+    if not showing():
+        yield
+        return
+    with text_bar.external_write_mode(file=sys.stderr):
+        yield
 
 
 def shows(size: int, min_items: int = 2, jupyter: bool | None = None) -> bool | None:

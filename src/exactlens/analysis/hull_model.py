@@ -58,6 +58,7 @@ import numpy as np
 import torch
 
 from exactlens.analysis.hull import METHODS, selectable_keys
+from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 
 __all__ = [
@@ -391,6 +392,7 @@ def hull_report(
         from exactlens.constructions.registry import get_target
 
         construction = get_target(target)
+        dtype = dtype_name(dtype)
         model = construction.make(dtype=dtype)
         lang = construction.lang()
         wanted = _check_lengths(lengths or DEFAULT_LENGTHS, "lengths (word lengths)", 0)

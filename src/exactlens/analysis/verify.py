@@ -24,6 +24,7 @@ import torch
 from exactlens import tasks
 from exactlens.constructions.registry import Construction, get
 from exactlens.devices import device_name
+from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.progress import bar
@@ -190,6 +191,7 @@ def verify(
     """
     construction = get(name)
     params = params or {}
+    dtype = dtype_name(dtype)
     model = model if model is not None else construction.make(dtype=dtype, device=device, **params)
     results = verify_model(model, lengths, strings, seed, exhaustive_limit, construction=construction)
     return {
@@ -248,6 +250,7 @@ def precision(
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise ExactLensError(f"max_length must be an integer >= 1, got {max_length!r}")
     params = params or {}
+    dtype = dtype_name(dtype)
     model = construction.make(dtype=dtype, device=device, **params)
     reader = tasks.reader(model)
     construction.check_length(max_length, model)

@@ -101,9 +101,12 @@ class Construction:
         return tasks.get(self.task, **(self.task_params(resolved) if self.task_params else {}))
 
     def make(self, dtype: str = "float32", device: Any = None, **params: Any) -> ExactTransformer:
-        """The model, built on the CPU and moved to ``device`` (exactlens.devices; None: stays on the CPU)."""
+        """The model, built on the CPU and moved to ``device`` (exactlens.devices; None: stays on the CPU);
+        ``dtype``: "float32", "float64" or the torch dtype."""
         from exactlens.devices import resolve_device
+        from exactlens.dtypes import dtype_name
 
+        dtype = dtype_name(dtype)
         target = resolve_device(device, dtype) if device is not None else None  # a bad device fails first
         task = self.task_of(**params)
         model = self.builder(dtype=dtype, **params)

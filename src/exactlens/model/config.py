@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 
 MASKS = ("none", "causal", "strict_causal", "past", "strict_past")
@@ -179,7 +180,7 @@ class ExactConfig:
                 "post-LN would rewrite the residual stream itself; allowed: normalization 'pre' or 'none' per layer"
             )
         _check_choice("readout", self.readout, READOUTS)
-        _check_choice("dtype", self.dtype, tuple(DTYPES))
+        self.dtype = dtype_name(self.dtype)  # a torch dtype is stored by its name
         if self.attn_scale is not None and not (self.attn_scale > 0 and math.isfinite(self.attn_scale)):
             raise ExactLensError(f"attn_scale must be a finite positive divisor or None, got {self.attn_scale!r}")
         if not isinstance(self.mlp_residual, bool):

@@ -41,7 +41,7 @@ from exactlens.jsonio import dumps
 from exactlens.model import ExactConfig, ExactTransformer, StackedRuns
 from exactlens.model.stacked import SingleRun, training_runs
 from exactlens.outputs import staged
-from exactlens.progress import bar
+from exactlens.progress import bar, printing_around_bars
 from exactlens.tasks import kinds
 from exactlens.train.data import PAD_ID, Batch, sample_batch, split
 from exactlens.train.metrics import Metric
@@ -441,7 +441,8 @@ class _History:
 
     def tell(self, r: int, record: dict[str, Any]) -> None:
         if self.progress is not None:
-            self.progress(_progress_line(self.spec, self.seeds[r], record["epoch"], record))
+            with printing_around_bars():
+                self.progress(_progress_line(self.spec, self.seeds[r], record["epoch"], record))
 
     def write(self, r: int, record: dict[str, Any]) -> None:
         if self.logs[r] is not None:
@@ -471,7 +472,8 @@ def _fit_adam(spec, seeds, gens, logs, progress, device):
     count = opts["strings_per_epoch"]
     history = _History(spec, seeds, logs, progress)
     step = 0
-    epochs = bar(range(1, opts["epochs"] + 1), desc=f"train {spec.name}", unit="epoch")
+    epochs = bar(range(1, opts["epochs"] + 1), desc=_bar_title(spec, seeds), unit="epoch")
+    tested: list[dict[str, Any]] = [{} for _ in seeds]  # each run's latest test values (for the bar)
     for epoch in epochs:
         per_run_parts = []
         for g in gens:
@@ -497,9 +499,6 @@ def _fit_adam(spec, seeds, gens, logs, progress, device):
             step += 1
             epoch_loss += losses.detach().double() * len(parts[0])
             epoch_correct += correct
-        if not epochs.disable:  # the running figures only where a bar shows them
-            epochs.set_postfix(_bar_figures(spec, float(epoch_loss.mean()) / count,
-                                            float(epoch_correct.mean()) / count), refresh=False)
         every = opts["eval_every"]
         evaluating = epoch == opts["epochs"] or (every and epoch % every == 0)
         if evaluating:  # weights checked where they are read (a non-finite weight shows in the next loss anyway)
@@ -508,19 +507,40 @@ def _fit_adam(spec, seeds, gens, logs, progress, device):
         for r in range(len(seeds)):
             values = {"epoch": epoch, "step": step, "strings_seen": epoch * count, "lr": lr}
             if evaluating:
-                values.update(_test(spec, models[r], gens[r]["test"]))
+                tested[r] = _test(spec, models[r], gens[r]["test"])
+                values.update(tested[r])
             history.add(r, values, float(epoch_loss[r]) / count, float(epoch_correct[r]), count, bool(evaluating))
+        if not epochs.disable:  # the bar's figures: from the records just made (no extra device work)
+            epochs.set_postfix(_bar_figures(spec, [h[-1] for h in history.runs], tested), refresh=False)
     runs.sync()
     runs.close()
     wall = time.perf_counter() - history.start
     return [(models[r], history.runs[r], step, True, wall) for r in range(len(seeds))]
 
 
-def _bar_figures(spec: TrainSpec, loss: float, accuracy: float) -> dict[str, str]:
-    """The running figures in the training bar (mean over the runs of this epoch)."""
-    if spec.task.kind == "regression":
-        return {"mse": f"{loss:.4g}"}
-    return {"loss_bits": f"{loss / LN2:.4f}", "acc": f"{accuracy:.3f}"}
+def _bar_title(spec: TrainSpec, seeds: list[int]) -> str:
+    if len(seeds) == 1:
+        return f"train {spec.name}"
+    return f"train {spec.name} ({len(seeds)} seeds, mean)"
+
+
+def _bar_figures(spec: TrainSpec, records: list[dict[str, Any]], tested: list[dict[str, Any]]) -> dict[str, str]:
+    """The training bar's figures: this epoch's training loss (and accuracy) and the latest test
+    accuracy (MSE for regression), each the mean over the runs; test figures once a test was run."""
+    def mean(rows: list[dict[str, Any]], key: str) -> float | None:
+        values = [row.get(key) for row in rows]
+        return None if not values or any(v is None for v in values) else sum(values) / len(values)
+
+    regression = spec.task.kind == "regression"
+    shown = (("train_mse", "mse", "{:.4g}"), ("test_mse", "test_mse", "{:.4g}")) if regression else (
+        ("train_loss_bits", "loss_bits", "{:.4f}"), ("train_accuracy", "acc", "{:.3f}"),
+        ("test_accuracy", "test_acc", "{:.3f}"))
+    figures = {}
+    for key, label, form in shown:
+        value = mean(tested if key.startswith("test_") else records, key)
+        if value is not None:
+            figures[label] = form.format(value)
+    return figures
 
 
 def _check_finite_loss(spec: TrainSpec, seeds: list[int], losses: torch.Tensor, step: int, epoch: int) -> None:
@@ -558,6 +578,7 @@ def _fit_lbfgs(spec, seed, gens, log, progress, device):
     tokens, n_positions, targets = (t.to(device) for t in stack_batches([batch]))
     records = _History(spec, [seed], [log], progress)
     history = records.runs[0]
+    iterations = bar(total=opts["epochs"], desc=f"train {spec.name} seed {seed}", unit="iter")
 
     def closure() -> torch.Tensor:
         state.optimizer.zero_grad()
@@ -571,10 +592,16 @@ def _fit_lbfgs(spec, seed, gens, log, progress, device):
                                  f"{len(history) + 1} (LBFGS); lower lr or check the options; nothing was saved")
         iteration = state.optimizer.state[state.params[0]].get("n_iter", 0)
         values = {"epoch": iteration, "step": len(history), "strings_seen": len(batch), "lr": opts["lr"]}
-        records.add(0, values, value, float(correct[0]), len(batch), evaluated=False, write=False)  # written at the end
+        record = records.add(0, values, value, float(correct[0]), len(batch), evaluated=False, write=False)
+        if not iterations.disable:  # written at the end
+            iterations.set_postfix(_bar_figures(spec, [record], [{}]), refresh=False)
+            iterations.update(min(iteration, opts["epochs"]) - iterations.n)
         return total.sum()
 
-    state.optimizer.step(closure)
+    try:
+        state.optimizer.step(closure)
+    finally:
+        iterations.close()
     runs.sync()
     runs.close()
     history[-1].update(_test(spec, model, gens["test"]), test_evaluated=True)

@@ -5,7 +5,9 @@ Writes DIR/config.json + DIR/weights.pt (load with ExactTransformer.load(DIR); t
 the task), DIR/history.jsonl (one record per epoch) and DIR/run.json (preset, seed, options,
 timing, final metrics). Options not given keep the preset's value (the paper's setting); a
 preset's own options without a flag here go through --option KEY=VALUE. With --json, stdout
-carries exactly one JSON object (run.json's content); progress goes to stderr.
+carries exactly one JSON object (run.json's content); progress goes to stderr: in a terminal a
+bar (rate, time left, the latest training loss and test accuracy), elsewhere (a log, a pipe,
+--quiet) one line per evaluation.
 
 --seeds 0:9 (or 0,3,7) trains one run per seed together (exactlens.train.train_many;
 each run equals its single --seed run) into DIR/seed{s}/; --json then prints one object
@@ -76,7 +78,7 @@ def run(request: Any) -> Result:
     from exactlens.train import train, train_many
 
     options = _training_options(request)
-    common = dict(out=request.out, progress=tell, overwrite=request.overwrite, device=request.device, **options)
+    common = dict(out=request.out, progress=_evaluation_line, overwrite=request.overwrite, device=request.device, **options)
     if request.seeds is not None:
         runs = train_many(request.task, request.seeds, **common)
         records = [_Record(r.info, r.checkpoint) for r in runs]
@@ -147,3 +149,11 @@ VIEWS = {
 
 register_verb(VerbSpec("train", "train a comparable model: a paper preset or any construction's shape", TrainRequest,
                        run, views=VIEWS, description=__doc__.split("\n\n")[1], order=40))
+
+
+def _evaluation_line(message: str) -> None:
+    """A line per evaluation where no bar shows: a log keeps what a terminal's bar shows."""
+    from exactlens.progress import showing
+
+    if not showing():
+        tell(message)

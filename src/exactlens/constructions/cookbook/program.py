@@ -67,6 +67,7 @@ from typing import Any
 
 import torch
 
+from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.model.config import ACTIVATIONS, LENGTH_SCALES, MASKS, WEIGHTINGS
@@ -612,7 +613,9 @@ def _set_selector(ln: Any, selector: Selector, rows: Any) -> None:
 
 
 def compile(program: Program, dtype: str = "float64") -> ExactTransformer:  # noqa: A001 - the tracr name
-    """Assemble the program's weights into an ExactTransformer (see the module docstring)."""
+    """Assemble the program's weights into an ExactTransformer (see the module docstring); ``dtype``:
+    "float32", "float64" or the torch dtype."""
+    dtype = dtype_name(dtype)
     labels = program.residual_labels()
     index = {label: k for k, label in enumerate(labels)}
     layers = program.layers

@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.interop.tracr import deps
 from exactlens.interop.tracr.compile import CompiledProgram
 from exactlens.interop.tracr.structure import describe
 from exactlens.jsonio import jsonable
 from exactlens.model import ExactConfig, ExactTransformer
-from exactlens.model.config import DTYPES
 
 PAPER = "Lindner et al. 2023 (tracr)"
 
@@ -96,8 +96,7 @@ def from_tracr(model: Any, *, dtype: str = "float32", task: Any = None) -> Exact
         if not hasattr(assembled, attribute):
             raise ExactLensError("from_tracr takes a CompiledProgram or tracr's AssembledTransformerModel, got "
                                  f"{type(model).__name__}")
-    if dtype not in DTYPES:
-        raise ExactLensError(f"dtype={dtype!r} is not allowed; choose one of {', '.join(DTYPES)}")
+    dtype = dtype_name(dtype)
     cfg_t = assembled.model_config
     if cfg_t.layer_norm:
         raise ExactLensError("the tracr model uses layer norm; tracr's compiler never does and exactlens reads "

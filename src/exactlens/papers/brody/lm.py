@@ -43,6 +43,7 @@ import torch
 from exactlens.analysis.hull import METHODS
 from exactlens.analysis.hull_model import unselectable_by_layer
 from exactlens.data.stdlib_docs import STDLIB_MODULES, CharCorpus, char_corpus
+from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.tasks import Task
@@ -175,8 +176,7 @@ class LMSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
                 raise ExactLensError(f"{name} must be a finite positive number, got {value!r}")
-        if self.dtype not in ("float32", "float64"):
-            raise ExactLensError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))  # frozen: the name, also for a torch dtype
 
 
 @dataclass

@@ -29,6 +29,7 @@ import math
 import torch
 
 from exactlens.constructions.builder import LabelledModel, labelled_config, token_labels
+from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.tasks import Palindrome
@@ -54,8 +55,7 @@ def palindrome_robust(
     """Mirror lookup + position-wise mismatch + uniform average; logit (1/2 - M)/n."""
     if lookup not in LOOKUPS:
         raise ExactLensError(f"lookup={lookup!r} is not allowed; choose one of {', '.join(LOOKUPS)}")
-    if dtype not in UNDERFLOW_GAP_SCALE:
-        raise ExactLensError(f"dtype={dtype!r} is not allowed; choose one of {', '.join(UNDERFLOW_GAP_SCALE)}")
+    dtype = dtype_name(dtype)
     if gap_scale is None:
         gap_scale = UNDERFLOW_GAP_SCALE[dtype]
     if not (

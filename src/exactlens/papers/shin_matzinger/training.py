@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.outputs import staged
@@ -71,6 +72,7 @@ class PairTrainConfig:
     def __post_init__(self) -> None:
         check_categories(self.categories)
         check_positions(self.positions)
+        self.dtype = dtype_name(self.dtype)
         for name in ("batch", "iterations", "test_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
