@@ -180,21 +180,16 @@ class Choice(Kind):
 
 @dataclass(frozen=True)
 class DType(Kind):
-    """A floating dtype: its name ("float32", "float64") or the torch dtype itself (torch.float64),
-    as TransformerLens takes them; kept as the name."""
+    """A floating dtype: its name ("float32", "float64") or the torch dtype itself (torch.float64), as
+    TransformerLens takes them; kept as the name (exactlens.dtypes.dtype_name, the one check)."""
 
     names: tuple[str, ...] = ("float32", "float64")
-
-    @property
-    def what(self) -> str:  # type: ignore[override]
-        return "one of " + ", ".join(self.names) + " (a name or the torch dtype)"
+    what: str = "one of float32, float64 (a name or the torch dtype)"
 
     def check(self, name: str, value: Any) -> Any:
-        text = value if isinstance(value, str) else str(value) if type(value).__name__ == "dtype" else None
-        text = text.removeprefix("torch.") if text is not None else None
-        if text not in self.names:
-            raise self.refuse(name, value)
-        return text
+        from exactlens.dtypes import dtype_name
+
+        return dtype_name(value, name)
 
 
 @dataclass(frozen=True)
