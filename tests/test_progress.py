@@ -132,3 +132,14 @@ def test_a_jupyter_kernel_gets_a_bar_and_no_warning(tmp_path, monkeypatch):
         assert module == "tqdm.std"
         assert "jupyter-bar-check:" in stderr and "0/3" in stderr, f"no text bar on the kernel's stderr: {stderr!r}"
         assert "IProgress not found" in stdout[2], "tqdm.auto no longer warns here: the check above proves nothing"
+
+
+def test_one_message_helper_on_stderr(capsys):
+    from exactlens.cli import common
+    from exactlens.viz import page
+
+    progress.say("step done")
+    progress.say("hidden", quiet=True)
+    out, err = capsys.readouterr()
+    assert out == "" and err == "step done\n", "messages go to stderr only, none when quiet"
+    assert common.progress is progress.say and page.progress is progress.say, "one helper, re-exported"

@@ -11,6 +11,9 @@ from typing import Any
 
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps
+from exactlens.progress import say as progress  # the verbs' name for the one progress message
+
+__all__ = ["add_device_argument", "construction_arguments", "emit", "parse_params", "progress"]
 
 
 def parse_params(pairs: list[str] | None, option: str = "--param") -> dict[str, Any]:
@@ -30,10 +33,6 @@ def parse_params(pairs: list[str] | None, option: str = "--param") -> dict[str, 
 def emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
     """With --json exactly one strict JSON object on stdout; otherwise the text."""
     sys.stdout.write((dumps(obj) if as_json else text) + "\n")
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def add_device_argument(p: argparse.ArgumentParser, what: str = "") -> None:

@@ -35,7 +35,6 @@ no part imports it.
 from __future__ import annotations
 
 import copy
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -68,15 +67,11 @@ from exactlens.constructions.registry import get
 from exactlens.devices import device_name, device_of, resolve_device
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import jsonable
+from exactlens.progress import say
 
 PARTS = ("behaviour", "probes", "attention", "weights", "interventions", "alignment", "circuit")
 
 __all__ = ["DEFAULT_LENGTHS", "PARTS", "diff", "resolve_trained"]
-
-
-def _progress(message: str, quiet: bool) -> None:
-    if not quiet:
-        print(message, file=sys.stderr, flush=True)
 
 
 def _patterns(acts: dict[str, np.ndarray], n_layers: int) -> dict[int, np.ndarray]:
@@ -165,7 +160,7 @@ def diff(
     used, skipped = usable_lengths(lengths, construction, task, side, exact)
     labels = [exact_model.residual_label(i) for i in range(exact.d_model)]
     runs = run_both(task, used, strings, seed, side, exact)
-    _progress(f"diff: ran both models on {sum(len(r.ids) for r in runs)} words", quiet)
+    say(f"diff: ran both models on {sum(len(r.ids) for r in runs)} words", quiet)
 
     result: dict[str, Any] = {
         "trained": info,
@@ -210,7 +205,7 @@ def diff(
         summary["mean_best_r2_computed"] = float(np.mean(computed)) if computed else None
         if "probes" in parts:
             result["probes"] = probes
-        _progress("diff: probes done", quiet)
+        say("diff: probes done", quiet)
     matching = None
     if {"attention", "weights", "circuit"} & set(parts):
         attention = attention_diff(
@@ -230,12 +225,12 @@ def diff(
         summary["mean_qk_cosine"] = float(np.mean([p["qk_cosine"] for p in pairs])) if pairs else None
         ovs = [p["ov_cosine"] for p in result["weights"]["pairs"] if p["ov_cosine"] is not None]
         summary["mean_ov_cosine"] = float(np.mean(ovs)) if ovs else None
-        _progress("diff: weights done", quiet)
+        say("diff: weights done", quiet)
     if "interventions" in parts:
         result["interventions"] = intervention_table(runs, side, exact, probes, maps, intervention_pairs, seed)
         summary["mean_iia"] = result["interventions"]["iia"]
         summary["mean_iia_changed"] = result["interventions"]["iia_changed"]
-        _progress("diff: interventions done", quiet)
+        say("diff: interventions done", quiet)
     if "alignment" in parts:
         settings = Settings(max_dim=das_max_dim, steps=das_steps, pairs=alignment_pairs, seed=seed,
                             untrained=untrained_baseline)
@@ -250,7 +245,7 @@ def diff(
         for key in ("mean_das_iia_changed", "mean_random_iia_changed", "mean_untrained_iia_changed",
                     "mean_das_iia_changed_task"):
             summary[key] = table[key]
-        _progress("diff: alignment done", quiet)
+        say("diff: alignment done", quiet)
     if "circuit" in parts:
         result["circuit"] = circuit_part(model, exact_model, used, strings, seed, matching, circuit_method,
                                          circuit_granularity, circuit_ablation)
@@ -258,7 +253,7 @@ def diff(
             summary["circuit_edge_auroc"] = result["circuit"]["edges"]["auroc"]
             summary["circuit_edge_jaccard"] = result["circuit"]["edges"]["jaccard"]
             summary["circuit_node_jaccard"] = result["circuit"]["nodes"]["jaccard"]
-        _progress("diff: circuit done", quiet)
+        say("diff: circuit done", quiet)
     result["summary"] = summary
     result["seconds"] = time.perf_counter() - start
     return jsonable(result)

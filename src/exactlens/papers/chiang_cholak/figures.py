@@ -43,7 +43,6 @@ every string (the tests compare the two).
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from exactlens.constructions.registry import get
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.outputs import save_figure
+from exactlens.progress import say
 from exactlens.tasks import Parity, kinds
 
 LANGUAGES = ("PARITY", "FIRST")
@@ -88,10 +88,6 @@ FIG2_CURVES = (
 # blocks[0].attn.W_V[0, 1, 5]; its mirror W_V[0, 1, 14] = -1 is left alone, as in the paper.
 FIG3_PARAMETER = "blocks.0.attn.W_V[0, 1, 5]"
 FIG3_INDEX = (0, 1, 5)
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # ---- models --------------------------------------------------------------------------
@@ -253,7 +249,7 @@ def fig2_data(max_length: int = 1000, strings: int = 1000, points_per_decade: in
         for eps in dict.fromkeys(c.eps for c in FIG2_CURVES):
             t0 = time.perf_counter()
             group = [c for c in FIG2_CURVES if c.eps == eps]
-            _progress(f"fig2: {language}, {', '.join(c.setting for c in group)}: "
+            say(f"fig2: {language}, {', '.join(c.setting for c in group)}: "
                       f"{len(lengths)} lengths up to {max_length}, {strings} strings each")
             if fast:
                 rows = _fast_curves(language, eps, lengths, strings, seed, dtype, eta)
@@ -353,7 +349,7 @@ def fig3_data(values: Sequence[float] | None = None, lengths: tuple[int, int] = 
     original = float(parameter.detach()[FIG3_INDEX])
     results: dict[str, dict[str, list[float]]] = {k: {"accuracy": [], "cross_entropy_bits": [], "nonfinite": []}
                                                   for k in ("parity-ln", "parity-ln-eta")}
-    _progress(f"fig3: {len(values)} values of {FIG3_PARAMETER}, {strings} strings of length {low}..{high} "
+    say(f"fig3: {len(values)} values of {FIG3_PARAMETER}, {strings} strings of length {low}..{high} "
               f"({len(rows)} classes)")
     start = time.perf_counter()
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,7 @@ from exactlens.api import Result, View, register_api, register_view
 from exactlens.cli.common import add_device_argument, emit
 from exactlens.cli.registry import Verb, register_verb
 from exactlens.errors import ExactLensError
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+from exactlens.progress import say
 
 
 def _check(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,11 +63,11 @@ def _train_seeds(args: argparse.Namespace, root: Path | None) -> list[dict[str, 
             seed=seed,
             dtype=args.dtype,
         )
-        _progress(
+        say(
             f"pairlogic: training {args.system}/{args.flavour}, seed {seed} "
             f"(N={args.categories}, M={args.positions}, {args.iterations} LBFGS iterations)"
         )
-        run = train_pairs(cfg, log=_progress, out=None if root is None else root / f"seed{seed}", device=args.device)
+        run = train_pairs(cfg, log=say, out=None if root is None else root / f"seed{seed}", device=args.device)
         record = {
             "seed": seed,
             "train_mse": run.train_mse,
