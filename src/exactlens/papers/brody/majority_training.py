@@ -33,6 +33,7 @@ import numpy as np
 from exactlens.errors import ExactLensError
 from exactlens.outputs import save_figure
 from exactlens.train import train
+from exactlens.viz.backend import pyplot
 
 __all__ = [
     "BENCH_OPTIONS", "PAPER_SETTINGS", "QUICK_SETTINGS", "first_step_at", "majority_data", "paper_variant",
@@ -133,10 +134,7 @@ def majority_data(
 
 def plot_majority(data: dict[str, Any], path: str | Path) -> Path:
     """Fig. 2b / Fig. 3 style: test accuracy and query angle vs Adam steps, one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     try:
         runs = list(data["runs"])
@@ -304,10 +302,7 @@ LN2_NATS = float(np.log(2.0))  # history losses are in bits; the paper plots nat
 def plot_paper_majority(data: dict[str, Any], path: str | Path) -> Path:
     """Fig. 2a (training loss), 2b (query angle to the ones line), 3 (test accuracy): mean over runs
     with the min-max band, one colour per variant."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     try:
         variants = list(data["variants"])

@@ -58,6 +58,7 @@ from exactlens.model import ExactTransformer
 from exactlens.outputs import save_figure
 from exactlens.progress import say
 from exactlens.tasks import Parity, kinds
+from exactlens.viz.backend import pyplot
 
 LANGUAGES = ("PARITY", "FIRST")
 NAMES = {  # language -> (no layer norm, §4.1, §4.1 + Prop. 2)
@@ -391,15 +392,6 @@ def fig3_data(values: Sequence[float] | None = None, lengths: tuple[int, int] = 
 # ---- plots -------------------------------------------------------------------------
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 FIG2_STYLE = {  # setting -> (colour, line style, marker): red / blue / green as in the paper's Fig. 2
     "no layer norm": ("tab:red", "-", "."),
     "layer norm eps=1e-5": ("tab:blue", "--", "x"),
@@ -411,7 +403,7 @@ FIG2_STYLE = {  # setting -> (colour, line style, marker): red / blue / green as
 
 def plot_fig2(data: dict[str, Any], path: str | Path) -> Path:
     """Two panels (PARITY, FIRST): cross-entropy in bits against n (log scale), one curve per setting."""
-    plt = _pyplot()
+    plt = pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
@@ -437,7 +429,7 @@ def plot_fig2(data: dict[str, Any], path: str | Path) -> Path:
 
 def plot_fig3(data: dict[str, Any], path: str | Path) -> Path:
     """Cross-entropy (top) and accuracy (bottom) against the Fig. 3 parameter."""
-    plt = _pyplot()
+    plt = pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
