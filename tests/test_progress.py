@@ -246,3 +246,12 @@ def test_a_terminal_without_a_size_gets_a_fixed_one(monkeypatch):
     made = progress.bar(range(3), desc="sized")
     assert made.ncols == 100 and made.nrows == 30
     made.close()
+def test_one_message_helper_on_stderr(capsys):
+    from exactlens.cli import common
+    from exactlens.viz import page
+
+    progress.say("step done")
+    progress.say("hidden", quiet=True)
+    out, err = capsys.readouterr()
+    assert out == "" and err == "step done\n", "messages go to stderr only, none when quiet"
+    assert common.progress is progress.say and page.progress is progress.say, "one helper, re-exported"

@@ -1,4 +1,5 @@
-"""Progress bars for long loops, on stderr: a widget in Jupyter where ipywidgets is installed, else text.
+"""Progress on stderr: one-line messages (``say``) and bars for long loops, a widget in Jupyter where
+ipywidgets is installed, else text.
 
 A bar shows where it can be seen and stays out of the way elsewhere: in a terminal, tqdm's own rule
 (no bar when stderr is not a terminal, e.g. in CI logs or a pipe); in a Jupyter kernel, always (its
@@ -71,6 +72,13 @@ def set_quiet(quiet: bool) -> None:
 
 def is_quiet() -> bool:
     return _quiet or os.environ.get("EXACTLENS_QUIET", "") not in ("", "0")
+
+
+def say(message: str, quiet: bool = False) -> None:
+    """One progress message on stderr (never stdout, so ``--json`` keeps stdout to one JSON object);
+    nothing when ``quiet``. The messages are every module's one way to report a step done."""
+    if not quiet:
+        print(message, file=sys.stderr, flush=True)
 
 
 def bar(iterable: Iterable[Any] | None = None, *, desc: str, unit: str = "it", total: int | None = None,

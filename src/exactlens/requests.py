@@ -374,7 +374,8 @@ class Option:
     positional words ("?", "*") or lists ("+"); ``negate``: a ``--no-...`` flag that sets False;
     ``cli``/``api``: whether the entry has it; ``required_on_cli``: a flag the CLI requires though the API
     has a default or takes it positionally; ``group``: mutually exclusive flags; ``extra``: the API's
-    ``**kwargs`` land in this (dict) field; ``api_name``: the keyword in the API where it differs; ``dest``: the argparse dest where it differs."""
+    ``**kwargs`` land in this (dict) field; ``api_name``: the keyword in the API where it differs; ``dest``: the argparse dest where it
+    differs."""
 
     help: str = ""
     kind: Kind = field(default_factory=Any_)
@@ -452,8 +453,8 @@ def add_arguments(parser: argparse.ArgumentParser, request: type) -> None:
             action = "store_false" if opt.negate else "store_true"
             target.add_argument(_flag(f, opt), dest=opt.dest or f.name, action=action, help=opt.help)
         elif isinstance(opt.kind, Pairs):
-            target.add_argument(_flag(f, opt), dest=opt.dest or f.name, action="append", metavar=opt.metavar or "KEY=VALUE",
-                                help=opt.help)
+            target.add_argument(_flag(f, opt), dest=opt.dest or f.name, action="append",
+                                metavar=opt.metavar or "KEY=VALUE", help=opt.help)
         else:
             kwargs = {"dest": opt.dest or f.name, "default": default, "help": opt.help, "metavar": opt.metavar}
             if choices is not None:

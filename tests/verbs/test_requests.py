@@ -11,8 +11,21 @@ import pytest
 
 from exactlens.errors import ExactLensError
 from exactlens.requests import (
-    Bool, Choice, DType, Float, Int, IntList, Lengths, Pairs, TextList, add_arguments, command_line, from_call,
-    from_namespace, option, options_of,
+    Bool,
+    Choice,
+    DType,
+    Float,
+    Int,
+    IntList,
+    Lengths,
+    Pairs,
+    TextList,
+    add_arguments,
+    command_line,
+    from_call,
+    from_namespace,
+    option,
+    options_of,
 )
 
 

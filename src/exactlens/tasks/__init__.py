@@ -13,10 +13,7 @@ decision rules in exactlens.tasks.decisions; causal variables in exactlens.tasks
 The names below are imported when first used (the registry itself needs no torch: ``exactlens list``).
 """
 
-import importlib
-import importlib.util
-from typing import Any
-
+from exactlens.lazy import lazy_names
 from exactlens.tasks.decisions import register_decision_rule, rule_names
 from exactlens.tasks.registry import TASKS, from_spec, get, info, names, of_model, reader, register
 
@@ -36,15 +33,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"exactlens.tasks.{_WHERE[name]}"), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("_") and importlib.util.find_spec(f"exactlens.tasks.{name}") is not None:
-        return importlib.import_module(f"exactlens.tasks.{name}")  # a submodule (tasks.kinds, ...)
-    raise AttributeError(f"module 'exactlens.tasks' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, submodules=True)  # and submodules (tasks.kinds, ...)

@@ -62,22 +62,8 @@ class Dyck(Task):
         return not stack
 
     def membership(self, symbol_ids: torch.Tensor) -> torch.Tensor:
-        """Vectorized stack algorithm over a batch, one position at a time."""
-        batch, length = symbol_ids.shape
-        stack = torch.zeros(batch, length + 1, dtype=torch.long)  # pair ids; height = top
-        height = torch.zeros(batch, dtype=torch.long)
-        ok = torch.ones(batch, dtype=torch.bool)
-        rows = torch.arange(batch)
-        for pos in range(length):
-            symbol = symbol_ids[:, pos].long()
-            opening, pair = symbol % 2 == 0, symbol // 2
-            top = stack[rows, (height - 1).clamp(min=0)]
-            ok &= opening | ((height > 0) & (top == pair))
-            stack[rows, height.clamp(max=length)] = torch.where(opening, pair, stack[rows, height.clamp(max=length)])
-            height = torch.where(opening, height + 1, (height - 1).clamp(min=0))
-            if self.max_depth is not None:
-                ok &= height <= self.max_depth
-        return ok & (height == 0)
+        """Vectorized over a batch: every conjunct of ``conditions`` holds (its one stack walk)."""
+        return self._member_with(symbol_ids)
 
     # ---- causal variables: membership = balance 0 AND no violation AND types match AND depth <= D
 

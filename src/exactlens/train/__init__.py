@@ -10,12 +10,10 @@ Generic options are declared once in exactlens.train.options.TrainOptions (their
 OPTION_DOCS); a preset overrides their defaults and adds its own (its ``options``).
 """
 
-import importlib
-import importlib.util
 import sys
-from typing import Any
 
 from exactlens.callable_package import make_callable
+from exactlens.lazy import lazy_names
 from exactlens.train.registry import PRESETS, preset_names, register_preset, register_task_defaults
 
 _WHERE = {  # imported when first used: the registries above need no torch (``exactlens list``)
@@ -31,18 +29,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"exactlens.train.{_WHERE[name]}"), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("_") and importlib.util.find_spec(f"exactlens.train.{name}") is not None:
-        return importlib.import_module(f"exactlens.train.{name}")
-    raise AttributeError(f"module 'exactlens.train' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, submodules=True)
 
 
 make_callable(sys.modules[__name__], "exactlens.api:train")  # el.train(...) runs the API verb

@@ -89,9 +89,9 @@ def tell(message: str) -> None:
     """A one-line progress message on stderr from a verb: shown on the command line (where the user waits
     for the verb), not from the Python API (where the result is the answer)."""
     if _messages["on"]:
-        from exactlens.cli.common import progress
+        from exactlens.progress import say
 
-        progress(message)
+        say(message)
 
 
 def messages_on(on: bool) -> None:

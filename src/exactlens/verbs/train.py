@@ -78,7 +78,8 @@ def run(request: Any) -> Result:
     from exactlens.train import train, train_many
 
     options = _training_options(request)
-    common = dict(out=request.out, progress=_evaluation_line, overwrite=request.overwrite, device=request.device, **options)
+    common = dict(out=request.out, progress=_evaluation_line, overwrite=request.overwrite, device=request.device,
+                  **options)
     if request.seeds is not None:
         runs = train_many(request.task, request.seeds, **common)
         records = [_Record(r.info, r.checkpoint) for r in runs]

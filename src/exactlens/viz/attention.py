@@ -22,6 +22,7 @@ import torch
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.outputs import save_figure, write_text
+from exactlens.viz.backend import pyplot
 
 # local_src is '<div id="ID" .../>' then one module script: the bundle, then
 # 'CircuitsVis.render("ID", CircuitsVis.AttentionPatterns, {...})'.
@@ -122,10 +123,7 @@ def attention_view(model: ExactTransformer, tokens: torch.Tensor | Sequence[int]
 def attention_heatmap(model: ExactTransformer, tokens: torch.Tensor | Sequence[int], path: str | Path,
                       title: str) -> Path:
     """The same patterns as a static PNG (rows: layers, columns: heads), with matplotlib only."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     labels = token_labels(model, tokens)
     patterns = attention_patterns(model, tokens)

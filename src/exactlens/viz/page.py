@@ -31,6 +31,7 @@ from exactlens.jsonio import dumps
 from exactlens.outputs import staged
 from exactlens.plugins import Lazy, Registry, lazy
 from exactlens.progress import bar
+from exactlens.progress import say as progress  # the report builders' name for it
 from exactlens.resources import torch_threads
 from exactlens.version import __version__
 from exactlens.viz.images import shrink_pngs
@@ -131,10 +132,6 @@ class ReportContext:
 
 
 SectionBuilder = Callable[[ReportContext], list[Section]]
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # ---- small HTML helpers ------------------------------------------------------------

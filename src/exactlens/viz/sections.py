@@ -15,6 +15,7 @@ import torch
 from exactlens import tasks
 from exactlens.constructions import get
 from exactlens.outputs import save_figure
+from exactlens.viz.backend import pyplot
 from exactlens.viz.circuit_sections import circuit_html
 from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, slug, table
 
@@ -154,10 +155,7 @@ def _precision_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> st
 
 
 def _precision_plot(ctx: ReportContext, name: str, results: dict[str, dict[str, Any]]) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     regression = all(r["min_abs_logit"] is None for res in results.values() for r in res["checked"])
     key, what = ("max_abs_error", "max |error|") if regression else ("min_abs_logit", "min |logit|")

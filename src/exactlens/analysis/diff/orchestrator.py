@@ -6,7 +6,6 @@ The orchestrator depends on the parts; no part imports it.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +18,7 @@ from exactlens.analysis.diff.request import ECHOED, DiffRequest
 from exactlens.devices import device_name
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import jsonable
+from exactlens.progress import say
 from exactlens.requests import from_call, options_of
 
 __all__ = ["diff", "request_of"]
@@ -78,7 +78,7 @@ def request_of(trained: Any, against: str, request: DiffRequest | None, options:
 
 
 def _stderr(quiet: bool) -> Callable[[str], None]:
-    return (lambda message: None) if quiet else (lambda message: print(message, file=sys.stderr, flush=True))
+    return lambda message: say(message, quiet)
 
 
 def _settings(ctx: Context, request: DiffRequest) -> dict[str, Any]:

@@ -16,7 +16,7 @@ See docs/tracr.md.
 
 from __future__ import annotations
 
-from typing import Any
+from exactlens.lazy import lazy_names
 
 __all__ = [
     "CompiledProgram", "TracrTask", "compile_program", "decode_outputs", "from_tracr", "program_names",
@@ -24,19 +24,14 @@ __all__ = [
 ]
 
 _WHERE = {
-    "CompiledProgram": "exactlens.interop.tracr.compile",
-    "compile_program": "exactlens.interop.tracr.compile",
-    "from_tracr": "exactlens.interop.tracr.convert",
-    "decode_outputs": "exactlens.interop.tracr.convert",
-    "TracrTask": "exactlens.interop.tracr.task",
-    "register_program": "exactlens.interop.tracr.library",
-    "program_names": "exactlens.interop.tracr.library",
+    "CompiledProgram": "compile",
+    "compile_program": "compile",
+    "from_tracr": "convert",
+    "decode_outputs": "convert",
+    "TracrTask": "task",
+    "register_program": "library",
+    "program_names": "library",
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

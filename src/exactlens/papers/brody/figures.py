@@ -16,6 +16,7 @@ import numpy as np
 from exactlens.analysis.hull_random import DEFAULT_DS, DEFAULT_NS, random_keys
 from exactlens.errors import ExactLensError
 from exactlens.outputs import save_figure
+from exactlens.viz.backend import pyplot
 
 fig1_data = random_keys  # Fig. 1c/1d's grid: exactlens.analysis.hull_random (the hull verb's default)
 
@@ -24,10 +25,7 @@ __all__ = ["DEFAULT_DS", "DEFAULT_NS", "fig1_data", "plot_fig1", "plot_table_cel
 
 def plot_fig1(data: dict[str, Any], path: str | Path) -> Path:
     """Two heatmaps (without / with LN) of ``fig1_data``'s output, written as a PNG to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     try:
         ns, ds = list(data["ns"]), list(data["ds"])
@@ -63,10 +61,7 @@ def _unselectable_bars(panels: list[tuple[str, str | None, list[tuple[str, list,
     """One panel per (title, variant, series): grouped bars of % unselectable keys per layer (each
     series: label, heights, error bars or None) and, for the variants the paper tabulates, its values
     (Table 1 w/o scaling, Table 2 before LN) as black ticks."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

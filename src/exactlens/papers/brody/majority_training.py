@@ -33,6 +33,7 @@ import numpy as np
 from exactlens.errors import ExactLensError
 from exactlens.outputs import save_figure
 from exactlens.train import train
+from exactlens.viz.backend import pyplot
 
 __all__ = [
     "BENCH_OPTIONS", "PAPER_SETTINGS", "QUICK_SETTINGS", "first_step_at", "majority_data", "paper_variant",
@@ -131,12 +132,12 @@ def majority_data(
     }
 
 
+VARIANT_COLORS = {"full": "tab:blue", "scale_only": "tab:orange", "none": "tab:gray"}  # per layer_norm
+
+
 def plot_majority(data: dict[str, Any], path: str | Path) -> Path:
     """Fig. 2b / Fig. 3 style: test accuracy and query angle vs Adam steps, one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     try:
         runs = list(data["runs"])
@@ -145,7 +146,6 @@ def plot_majority(data: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, (acc_ax, ang_ax) = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
-    colors = {"full": "tab:blue", "scale_only": "tab:orange", "none": "tab:gray"}
     seen: set[str] = set()
     for run in runs:
         ln = run["layer_norm"]
@@ -155,7 +155,7 @@ def plot_majority(data: dict[str, Any], path: str | Path) -> Path:
             else {"full": "with projection (full LN)", "scale_only": "without projection", "none": "no LN"}.get(ln, ln)
         )
         seen.add(ln)
-        color = colors.get(ln, "k")
+        color = VARIANT_COLORS.get(ln, "k")
         acc_ax.plot(run["steps"], run["test_accuracy"], color=color, alpha=0.7, label=label)
         angles = [np.nan if a is None else a for a in run["query_angle_deg"]]
         ang_ax.plot(run["steps"], angles, color=color, alpha=0.7, label=label)
@@ -304,10 +304,7 @@ LN2_NATS = float(np.log(2.0))  # history losses are in bits; the paper plots nat
 def plot_paper_majority(data: dict[str, Any], path: str | Path) -> Path:
     """Fig. 2a (training loss), 2b (query angle to the ones line), 3 (test accuracy): mean over runs
     with the min-max band, one colour per variant."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     try:
         variants = list(data["variants"])
@@ -316,7 +313,6 @@ def plot_paper_majority(data: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
-    colors = {"full": "tab:blue", "scale_only": "tab:orange", "none": "tab:gray"}
     panels = (("train_loss_nats", "steps", "training loss (nats)", "Fig. 2a: training loss"),
               ("query_angle_deg", "eval_steps", "angle(query, ones line) [deg]", "Fig. 2b: query angle to 1"),
               ("test_accuracy", "eval_steps", "test accuracy (per position)", "Fig. 3: test accuracy"))
@@ -325,7 +321,7 @@ def plot_paper_majority(data: dict[str, Any], path: str | Path) -> Path:
             band = variant[key]
             x = np.asarray(variant[xs], dtype=float)
             nan = lambda v: np.asarray([np.nan if a is None else a for a in v], dtype=float)  # noqa: E731
-            color = colors.get(variant["layer_norm"], "k")
+            color = VARIANT_COLORS.get(variant["layer_norm"], "k")
             label = f"{variant['label']} ({len(variant['seeds'])} runs)"
             ax.plot(x, nan(band["mean"]), color=color, label=label)
             ax.fill_between(x, nan(band["min"]), nan(band["max"]), color=color, alpha=0.2, linewidth=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from exactlens.constructions.builder import LabelledModel, labelled_config
-from exactlens.constructions.layer_norm import append_confidence_layer, double_for_post_ln
+from exactlens.constructions.cookbook.layer_norm import append_confidence_layer, double_for_post_ln
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.tasks import Parity

@@ -43,7 +43,6 @@ every string (the tests compare the two).
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,7 +56,9 @@ from exactlens.constructions.registry import get
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.outputs import save_figure
+from exactlens.progress import say
 from exactlens.tasks import Parity, kinds
+from exactlens.viz.backend import pyplot
 
 LANGUAGES = ("PARITY", "FIRST")
 NAMES = {  # language -> (no layer norm, §4.1, §4.1 + Prop. 2)
@@ -88,10 +89,6 @@ FIG2_CURVES = (
 # blocks[0].attn.W_V[0, 1, 5]; its mirror W_V[0, 1, 14] = -1 is left alone, as in the paper.
 FIG3_PARAMETER = "blocks.0.attn.W_V[0, 1, 5]"
 FIG3_INDEX = (0, 1, 5)
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # ---- models --------------------------------------------------------------------------
@@ -253,7 +250,7 @@ def fig2_data(max_length: int = 1000, strings: int = 1000, points_per_decade: in
         for eps in dict.fromkeys(c.eps for c in FIG2_CURVES):
             t0 = time.perf_counter()
             group = [c for c in FIG2_CURVES if c.eps == eps]
-            _progress(f"fig2: {language}, {', '.join(c.setting for c in group)}: "
+            say(f"fig2: {language}, {', '.join(c.setting for c in group)}: "
                       f"{len(lengths)} lengths up to {max_length}, {strings} strings each")
             if fast:
                 rows = _fast_curves(language, eps, lengths, strings, seed, dtype, eta)
@@ -353,7 +350,7 @@ def fig3_data(values: Sequence[float] | None = None, lengths: tuple[int, int] = 
     original = float(parameter.detach()[FIG3_INDEX])
     results: dict[str, dict[str, list[float]]] = {k: {"accuracy": [], "cross_entropy_bits": [], "nonfinite": []}
                                                   for k in ("parity-ln", "parity-ln-eta")}
-    _progress(f"fig3: {len(values)} values of {FIG3_PARAMETER}, {strings} strings of length {low}..{high} "
+    say(f"fig3: {len(values)} values of {FIG3_PARAMETER}, {strings} strings of length {low}..{high} "
               f"({len(rows)} classes)")
     start = time.perf_counter()
     try:
@@ -395,15 +392,6 @@ def fig3_data(values: Sequence[float] | None = None, lengths: tuple[int, int] = 
 # ---- plots -------------------------------------------------------------------------
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 FIG2_STYLE = {  # setting -> (colour, line style, marker): red / blue / green as in the paper's Fig. 2
     "no layer norm": ("tab:red", "-", "."),
     "layer norm eps=1e-5": ("tab:blue", "--", "x"),
@@ -415,7 +403,7 @@ FIG2_STYLE = {  # setting -> (colour, line style, marker): red / blue / green as
 
 def plot_fig2(data: dict[str, Any], path: str | Path) -> Path:
     """Two panels (PARITY, FIRST): cross-entropy in bits against n (log scale), one curve per setting."""
-    plt = _pyplot()
+    plt = pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
@@ -441,7 +429,7 @@ def plot_fig2(data: dict[str, Any], path: str | Path) -> Path:
 
 def plot_fig3(data: dict[str, Any], path: str | Path) -> Path:
     """Cross-entropy (top) and accuracy (bottom) against the Fig. 3 parameter."""
-    plt = _pyplot()
+    plt = pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)

@@ -18,6 +18,7 @@ import torch
 from exactlens.analysis.verify import verify
 from exactlens.errors import ExactLensError
 from exactlens.outputs import save_figure
+from exactlens.viz.backend import pyplot
 
 FIG2_CONSTRUCTIONS = ("palindrome", "palindrome-robust")
 FIG2_DTYPES = ("float32", "float64")
@@ -74,10 +75,7 @@ STYLE = {
 
 def plot_fig2(data: dict[str, Any], path: str | Path) -> Path:
     """Accuracy against |w|, one curve per construction and dtype, the paper's last exact length marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,10 +52,6 @@ class PairlogicRequest:
     device: Any = device_option("training and the checks run there; the verdicts' figures come back to the CPU")
 
 
-def _progress(message: str) -> None:
-    tell(message)
-
-
 def _check(args: PairlogicRequest) -> dict[str, Any]:
     from exactlens.constructions import get
     from exactlens.devices import device_name
@@ -101,11 +97,11 @@ def _train_seeds(args: PairlogicRequest, root: Path | None) -> list[dict[str, An
             seed=seed,
             dtype=args.dtype,
         )
-        _progress(
+        tell(
             f"pairlogic: training {args.system}/{args.flavour}, seed {seed} "
             f"(N={args.categories}, M={args.positions}, {args.iterations} LBFGS iterations)"
         )
-        run = train_pairs(cfg, log=_progress, out=None if root is None else root / f"seed{seed}", device=args.device)
+        run = train_pairs(cfg, log=tell, out=None if root is None else root / f"seed{seed}", device=args.device)
         record = {
             "seed": seed,
             "train_mse": run.train_mse,

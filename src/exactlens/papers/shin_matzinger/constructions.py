@@ -41,6 +41,7 @@ from collections.abc import Callable
 
 import torch
 
+from exactlens.constructions.builder import LabelledModel
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.papers.shin_matzinger.task import check_positions, check_q, make_q
@@ -48,8 +49,23 @@ from exactlens.papers.shin_matzinger.task import check_positions, check_q, make_
 PAPER = "Shin & Matzinger 2025"
 
 
+def cat(a: int) -> str:
+    """The residual label of category a (one-hot input X_i = a)."""
+    return f"cat{a}"
+
+
+def pos(i: int) -> str:
+    """The residual label of position i (one-hot)."""
+    return f"pos{i}"
+
+
+# mlp_residual=False: the FFN's output replaces the residual, and its dimension 0 (label cat0) carries
+# the prediction, which the per-position readout reads there.
+PREDICTION = cat(0)
+
+
 def residual_labels(categories: int, positions: int) -> tuple[str, ...]:
-    return tuple(f"cat{a}" for a in range(categories)) + tuple(f"pos{i}" for i in range(positions))
+    return tuple(cat(a) for a in range(categories)) + tuple(pos(i) for i in range(positions))
 
 
 def pair_config(
@@ -85,14 +101,14 @@ def pair_config(
     )
 
 
-@torch.no_grad()
 def set_one_hot_inputs(model: ExactTransformer, categories: int) -> None:
-    """W_E = [I_N | 0], W_pos = [0 | I_M]: the paper's input matrix X (columns = tokens)."""
-    d = model.cfg.d_model
-    eye = torch.eye(d, dtype=model.cfg.torch_dtype)
-    model.embed.W_E.copy_(eye[:categories])
-    model.pos_embed.W_pos.copy_(eye[categories:])
-    model.blocks[0].attn.W_O[0].copy_(eye)
+    """W_E = [I_N | 0], W_pos = [0 | I_M]: the paper's input matrix X (columns = tokens); W_O = I."""
+    b = LabelledModel.around(model)
+    for a in range(categories):
+        b.embed(a, {cat(a): 1})
+    for i in range(model.cfg.n_ctx):
+        b.learned_position(i, {pos(i): 1})
+    b.identity_output(0, 0)
 
 
 def shift_down(positions: int) -> torch.Tensor:
@@ -121,27 +137,22 @@ def check_large(q_true: torch.Tensor, large: float | None) -> tuple[float, float
     return float(large), shift
 
 
-def _new_model(q: torch.Tensor, positions: int, d_mlp: int, dtype: str, kind: str, **meta) -> ExactTransformer:
+def _new_model(q: torch.Tensor, positions: int, d_mlp: int, dtype: str, kind: str, **meta) -> LabelledModel:
     n = q.shape[0]
     scale = max(float(q.abs().max()), float(meta.get("large", 1.0)))  # the largest value computed on the way
     cfg = pair_config(
         n, positions, d_mlp, dtype,
         metadata={"paper": PAPER, "solution": kind, "q_true": q.tolist(), "value_scale": scale, **meta},
     )
-    model = ExactTransformer(cfg)
-    set_one_hot_inputs(model, n)
-    model.unembed.W_U[0, 0] = 1.0  # the FFN writes the prediction to residual dim 0
-    return model
+    b = LabelledModel(cfg)
+    set_one_hot_inputs(b.model, n)
+    b.readout({PREDICTION: 1})
+    return b
 
 
-@torch.no_grad()
-def _set_attention(model: ExactTransformer, kq: torch.Tensor, v: torch.Tensor) -> None:
-    """Paper matrices k^T q and v (d x d, acting on columns) -> W_K = I, W_Q = (k^T q)^T, W_V = v^T."""
-    attn = model.blocks[0].attn
-    dt = model.cfg.torch_dtype
-    attn.W_K[0] = torch.eye(model.cfg.d_model, dtype=dt)
-    attn.W_Q[0] = kq.T.to(dt)
-    attn.W_V[0] = v.T.to(dt)
+def _previous_position(m: int) -> list[tuple[str, str]]:
+    """The nonzero entries of D_{-1} (eq. 2.6) as (key, query) labels: position i - 1 for query i."""
+    return [(pos(i - 1), pos(i)) for i in range(1, m)]
 
 
 def solution1_readout(q_true: torch.Tensor) -> torch.Tensor:
@@ -172,35 +183,22 @@ def build_solution1(q_true: torch.Tensor, positions: int, dtype: str = "float32"
     """§2.1: attention brings X_{i-1} next to X_i; the FFN's N^2 rows and C decode the pair."""
     q = check_q(q_true)
     n, m = q.shape[0], check_positions(positions)
-    d = n + m
-    model = _new_model(q, m, n * n, dtype, "solution1")
-    kq = torch.zeros(d, d, dtype=torch.float64)
-    kq[n:, n:] = 2 * shift_down(m)  # eq. 2.7-2.8: k^T q = 2 D_{-1} on the positions
-    v = torch.zeros(d, d, dtype=torch.float64)
-    v[:n, :n] = torch.eye(n, dtype=torch.float64)  # eq. 2.9: keep the categories
-    _set_attention(model, kq, v)
-    mlp = model.blocks[0].mlp
-    dt = model.cfg.torch_dtype
-    for row, (a, b) in enumerate(solution1_pairs(n)):  # B^T: one hidden unit per row of B (eq. 2.10)
-        if a == b:
-            mlp.W_in[a, row] = 3.0
-        else:
-            mlp.W_in[a, row] = 2.0
-            mlp.W_in[b, row] = 1.0
-    mlp.b_in.fill_(-4.0)
-    mlp.W_out[:, 0] = solution1_readout(q).to(dt)
-    return model
+    b = _new_model(q, m, n * n, dtype, "solution1")
+    b.scores(0, 0, {key_query: 2.0 for key_query in _previous_position(m)})  # eq. 2.7-2.8: k^T q = 2 D_{-1}
+    b.value(0, 0, {(cat(a), cat(a)): 1.0 for a in range(n)})  # eq. 2.9: keep the categories
+    # B (eq. 2.10), one hidden unit per row: the pair (a, a) reads 3 e_a, the pair (a, c) reads 2 e_a + e_c;
+    # the FFN sees e_{X_i} + 2 e_{X_{i-1}}, bias -4; C (solution1_readout) decodes the active rows.
+    rows = [{cat(a): 3.0} if a == c else {cat(a): 2.0, cat(c): 1.0} for a, c in solution1_pairs(n)]
+    b.ffn(0, rows, {PREDICTION: solution1_readout(q).tolist()}, hidden_bias=-4.0)
+    return b.model
 
 
-@torch.no_grad()
-def _skip_relu_readout(model: ExactTransformer, large: float, shift: float) -> None:
-    """Y = L * 1^T ReLU(X + ATT - 1) - c (eq. 2.21 / 2.32, with the shift c for negative q)."""
-    mlp = model.blocks[0].mlp
-    d = model.cfg.d_model
-    mlp.W_in.copy_(torch.eye(d, dtype=model.cfg.torch_dtype))
-    mlp.b_in.fill_(-1.0)
-    mlp.W_out[:, 0] = large
-    mlp.b_out[0] = -shift
+def _skip_relu_readout(b: LabelledModel, large: float, shift: float) -> None:
+    """Y = L * 1^T ReLU(X + ATT - 1) - c (eq. 2.21 / 2.32, with the shift c for negative q):
+    one hidden unit per residual label."""
+    labels = b.model.cfg.residual_labels
+    b.ffn(0, [{label: 1.0} for label in labels], {PREDICTION: [large] * len(labels)}, hidden_bias=-1.0,
+          output_bias={PREDICTION: -shift})
 
 
 @torch.no_grad()
@@ -208,14 +206,13 @@ def build_solution2(
     q_true: torch.Tensor, positions: int, large: float | None = None, dtype: str = "float32"
 ) -> ExactTransformer:
     """§2.2: the bilinear score is q_true(X_j, X_i); v shifts the position block; skip + ReLU keep the diagonal."""
-    q, model, big, shift = _skip_relu_model(q_true, positions, large, dtype, "solution2")
-    n, m, d = q.shape[0], positions, model.cfg.d_model
-    kq = torch.zeros(d, d, dtype=torch.float64)
-    kq[:n, :n] = q + shift  # eq. 2.17: k^T q = A_2 on the categories
-    v = torch.zeros(d, d, dtype=torch.float64)
-    v[n:, n:] = shift_down(m).T / big  # S = D_{-1}^T maps position j to j + 1 (scaled by 1/L, eq. 2.21)
-    _set_attention(model, kq, v)
-    return model
+    q, b, big, shift = _skip_relu_model(q_true, positions, large, dtype, "solution2")
+    n = q.shape[0]
+    # eq. 2.17: k^T q = A_2 on the categories, the score of key X_j = a for query X_i = c is q(a, c) (+ c shift)
+    b.scores(0, 0, {(cat(a), cat(c)): float(q[a, c] + shift) for a in range(n) for c in range(n)})
+    # S = D_{-1}^T maps position j to j + 1 (scaled by 1/L, eq. 2.21)
+    b.value(0, 0, {(query, key): 1.0 / big for key, query in _previous_position(positions)})
+    return b.model
 
 
 @torch.no_grad()
@@ -223,26 +220,24 @@ def build_solution3(
     q_true: torch.Tensor, positions: int, large: float | None = None, dtype: str = "float32"
 ) -> ExactTransformer:
     """§2.3: v = A_2^T on the categories, k^T q = D_{-1} on the positions; skip + ReLU extract the entry."""
-    q, model, big, shift = _skip_relu_model(q_true, positions, large, dtype, "solution3")
-    n, m, d = q.shape[0], positions, model.cfg.d_model
-    kq = torch.zeros(d, d, dtype=torch.float64)
-    kq[n:, n:] = shift_down(m)
-    v = torch.zeros(d, d, dtype=torch.float64)
-    v[:n, :n] = (q + shift).T / big
-    _set_attention(model, kq, v)
-    return model
+    q, b, big, shift = _skip_relu_model(q_true, positions, large, dtype, "solution3")
+    n = q.shape[0]
+    b.scores(0, 0, {key_query: 1.0 for key_query in _previous_position(positions)})  # k^T q = D_{-1}
+    # v = A_2^T / L: the value of X_j = a is row a of q_true, written to the categories (the skip picks X_i's)
+    b.value(0, 0, {(cat(c), cat(a)): float((q[a, c] + shift) / big) for a in range(n) for c in range(n)})
+    return b.model
 
 
 def _skip_relu_model(
     q_true: torch.Tensor, positions: int, large: float | None, dtype: str, solution: str
-) -> tuple[torch.Tensor, ExactTransformer, float, float]:
+) -> tuple[torch.Tensor, LabelledModel, float, float]:
     """Solutions 2 and 3 share the FFN (skip + ReLU, width d) and the readout; they differ in attention."""
     q = check_q(q_true)
     m = check_positions(positions)
     big, shift = check_large(q, large)
-    model = _new_model(q, m, q.shape[0] + m, dtype, solution, large=big, shift=shift)
-    _skip_relu_readout(model, big, shift)
-    return q, model, big, shift
+    b = _new_model(q, m, q.shape[0] + m, dtype, solution, large=big, shift=shift)
+    _skip_relu_readout(b, big, shift)
+    return q, b, big, shift
 
 
 # ---- registry builders (JSON-able parameters) ------------------------------------------

@@ -12,6 +12,7 @@ from exactlens.papers.shin_matzinger import constructions as sm
 from exactlens.papers.shin_matzinger.pairlogic import VERDICT_RULE, analyse, category_qk, check_construction, consensus
 from exactlens.papers.shin_matzinger.task import make_q
 from exactlens.papers.shin_matzinger.training import PairTrainConfig, train_pairs
+from exactlens.viz.backend import pyplot
 from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, table
 from exactlens.viz.trained_diff import TrainedDiff, trained_diff_section
 
@@ -22,10 +23,7 @@ QUICK = {"categories": 3, "positions": 6, "batch": 80, "iterations": 4, "seeds":
 
 
 def _heatmaps(path, panels: list[tuple[str, torch.Tensor]]):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.0))
     for ax, (title, matrix) in zip(axes, panels, strict=True):

@@ -1,0 +1,32 @@
+"""Names a package imports when first used (PEP 562), so that importing the package stays light
+(``exactlens --help`` and ``list`` load no torch)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def lazy_names(package: str, where: Mapping[str, str], *, submodules: bool = False
+               ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The package's ``__getattr__`` and ``__dir__``: ``where[name]`` is the submodule (relative to
+    the package) that defines ``name``, imported on first use and the name kept in the package; with
+    ``submodules``, any other public name that is a submodule is imported (``tasks.kinds``)."""
+    namespace = sys.modules[package].__dict__
+
+    def __getattr__(name: str) -> Any:
+        if name in where:
+            value = getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+            namespace[name] = value
+            return value
+        if submodules and not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}") is not None:
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(where))
+
+    return __getattr__, __dir__
