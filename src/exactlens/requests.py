@@ -374,8 +374,8 @@ class Option:
     positional words ("?", "*") or lists ("+"); ``negate``: a ``--no-...`` flag that sets False;
     ``cli``/``api``: whether the entry has it; ``required_on_cli``: a flag the CLI requires though the API
     has a default or takes it positionally; ``group``: mutually exclusive flags; ``extra``: the API's
-    ``**kwargs`` land in this (dict) field; ``api_name``: the keyword in the API where it differs; ``dest``: the argparse dest where it
-    differs."""
+    ``**kwargs`` land in this (dict) field; ``api_name``: the keyword in the API where it differs;
+    ``dest``: the argparse dest where it differs."""
 
     help: str = ""
     kind: Kind = field(default_factory=Any_)

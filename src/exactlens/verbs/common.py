@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from exactlens.requests import Device, DType, Int, Pairs, Text, option
+from exactlens.viz.backend import pyplot
 
-__all__ = ["ConstructionRequest", "device_option", "num", "pyplot"]
+__all__ = ["ConstructionRequest", "device_option", "num", "per_length_plot"]
 
 
 def device_option(what: str = "", **how: Any) -> Any:
@@ -35,16 +36,6 @@ class ConstructionRequest:
 def num(value: Any, spec: str = ".3f", missing: str = "-") -> str:
     """A number for a text table (``missing`` for None)."""
     return missing if value is None else format(value, spec)
-
-
-def pyplot() -> Any:
-    """matplotlib.pyplot on the file backend (figures are saved or embedded, never shown in a window)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def per_length_plot(rows: list[dict[str, Any]], field: str, ylabel: str, title: str, log: bool = False) -> Any:

@@ -14,7 +14,7 @@ from exactlens.analysis.diff.request import DiffRequest
 from exactlens.errors import ExactLensError
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.common import pyplot
+from exactlens.viz.backend import pyplot
 
 __all__ = ["DiffRequest", "format_diff_text", "run"]
 

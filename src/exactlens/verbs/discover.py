@@ -19,7 +19,7 @@ from exactlens.requests import Choice, Float, Text, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
 from exactlens.verbs.circuit import EdgeOptions
-from exactlens.verbs.common import pyplot
+from exactlens.viz.backend import pyplot
 
 __all__ = ["DiscoverRequest", "format_discover_text", "run"]
 

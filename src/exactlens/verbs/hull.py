@@ -15,7 +15,8 @@ from typing import Any
 from exactlens.requests import Float, Int, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.common import device_option, pyplot
+from exactlens.verbs.common import device_option
+from exactlens.viz.backend import pyplot
 
 __all__ = ["HullRequest", "format_hull_text", "run"]
 
