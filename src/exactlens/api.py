@@ -209,7 +209,8 @@ def report(names: Sequence[str] | None = None, out: str | Path = "report", *, qu
     """``exactlens report``: the offline HTML report; the result holds the index's path."""
     from exactlens.viz.page import build_report
 
-    index = build_report(list(names) if names else None, out, quick=quick, overwrite=overwrite, device=device)
+    # reliability (issue 31): names go through as given; build_report takes one name as a str, never its letters
+    index = build_report(names or None, out, quick=quick, overwrite=overwrite, device=device)
     return Result("report", {"index": str(index)}, path=index)
 
 

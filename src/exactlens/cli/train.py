@@ -37,17 +37,17 @@ def parse_length(text: str) -> int | tuple[int, int]:
         raise ExactLensError(f"a length is an integer |w| or an inclusive range LO:HI, got {text!r}") from None
 
 
-def parse_seeds(text: str) -> list[int]:
+def parse_seeds(text: str) -> list[int] | range:
     """'0:9' -> [0, ..., 9] (inclusive); '0,3,7' -> [0, 3, 7]."""
     try:
         if ":" in text:
             lo, hi = (int(v) for v in text.split(":"))
-            seeds = list(range(lo, hi + 1))
+            seeds = range(lo, hi + 1)  # reliability (issue 31): counted (train_many) before it becomes a list
         else:
             seeds = [int(v) for v in text.split(",")]
     except ValueError:
         raise ExactLensError(f"--seeds takes LO:HI (inclusive) or a comma list of integers, got {text!r}") from None
-    if not seeds or min(seeds) < 0:
+    if not seeds or (seeds[0] if isinstance(seeds, range) else min(seeds)) < 0:
         raise ExactLensError(f"--seeds must name at least one seed, all >= 0, got {text!r}")
     return seeds
 

@@ -22,7 +22,7 @@ from exactlens.model.components import (
     gather_rows,
     visible_keys,
 )
-from exactlens.model.config import ExactConfig, parameter_bytes
+from exactlens.model.config import ExactConfig, model_bytes
 from exactlens.resources import check_memory, check_work, memory_limit
 
 CONFIG_FILE = "config.json"
@@ -40,7 +40,7 @@ class ExactTransformer(HookedRootModule):
 
     def __init__(self, cfg: ExactConfig):
         super().__init__()
-        check_memory(2 * parameter_bytes(cfg), f"a model with d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, "
+        check_memory(model_bytes(cfg), f"a model with d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, "
                      f"n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, d_vocab={cfg.d_vocab} ({cfg.dtype})",
                      "lower the widths, layers or vocabulary in the config")
         self.cfg = cfg
@@ -420,8 +420,14 @@ class ExactTransformer(HookedRootModule):
     def write_checkpoint(self, directory: Path) -> None:
         """config.json + weights.pt into an existing directory (the staging directory of ``save`` or of a
         training run; use ``save`` to write a checkpoint safely)."""
-        (directory / CONFIG_FILE).write_text(self.cfg.to_json() + "\n")
-        torch.save(self.state_dict(), directory / WEIGHTS_FILE)
+        from exactlens.outputs import failed_write, naming
+
+        with naming(directory / CONFIG_FILE):
+            (directory / CONFIG_FILE).write_text(self.cfg.to_json() + "\n")
+        try:
+            torch.save(self.state_dict(), directory / WEIGHTS_FILE)
+        except RuntimeError as err:  # torch reports a failed write (a full disk, ulimit -f) as a RuntimeError
+            raise failed_write(directory / WEIGHTS_FILE, err) from err
 
     @classmethod
     def load(cls, directory: str | Path) -> ExactTransformer:
@@ -440,6 +446,9 @@ class ExactTransformer(HookedRootModule):
             cfg = ExactConfig.from_dict(json.loads(text))
         except json.JSONDecodeError as err:
             raise ExactLensError(f"{config_path} is not valid JSON: {err}") from err
+        except RecursionError:  # JSON nested thousands of levels deep
+            raise ExactLensError(f"{config_path} is nested too deeply to be a config (a config is one object of "
+                                 "fields)") from None
         except ExactLensError as err:
             raise ExactLensError(f"{config_path}: {err}") from err
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as err:  # a field of the wrong type
