@@ -156,14 +156,21 @@ def verify_model(
     counts those words in ``non_finite_words`` (present only then): no decision is read from a non-finite output."""
     if isinstance(strings, bool) or not isinstance(strings, int) or strings < 1:
         raise ExactLensError(f"strings must be an integer >= 1, got {strings!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ExactLensError(f"seed must be an integer, got {seed!r}")
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise ExactLensError(f"lengths are a list of integers (the CLI's 'A:B' is parse_lengths's), got {lengths!r}")
     reader = tasks.reader(model, task)
     lengths = list(lengths)
-    check_request(model, reader.task, lengths, strings, f"verifying {len(lengths)} lengths x {strings} words")
-    results = []
-    for length in bar(lengths, desc="verify", unit="length"):
+    if not lengths:
+        raise ExactLensError("give at least one length")
+    for length in lengths:  # every length checked before any work
         if construction is not None:
             construction.check_length(length, model)
         reader.task.check_length(length)
+    check_request(model, reader.task, lengths, strings, f"verifying {len(lengths)} lengths x {strings} words")
+    results = []
+    for length in bar(lengths, desc="verify", unit="length"):
         ids, exhaustive = words_for_length(reader.task, length, strings, seed, exhaustive_limit)
         row = evaluate_words(reader, model, ids)
         drop = ("errors", "finite") + (() if row["non_finite_words"] else ("non_finite_words",))
@@ -247,6 +254,10 @@ def precision(
     construction = get(name)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise ExactLensError(f"max_length must be an integer >= 1, got {max_length!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ExactLensError(f"seed must be an integer, got {seed!r}")
+    if isinstance(strings, bool) or not isinstance(strings, int) or strings < 1:
+        raise ExactLensError(f"strings must be an integer >= 1, got {strings!r}")
     params = params or {}
     model = construction.make(dtype=dtype, device=device, **params)
     reader = tasks.reader(model)

@@ -29,6 +29,20 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.pt"
 
 
+def _load_reason(err: BaseException) -> str:
+    """Why torch.load refused a file, in one line, without torch's advice to retry with weights_only=False
+    (which would run whatever code the file holds: never advice for a user of ours)."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    kept = [line for line in lines if "weights_only" not in line and "pytorch.org" not in line
+            and not line.startswith("Weights only load failed")]
+    if len(kept) < len(lines):  # the weights-only unpickler refused something: say what
+        return ((kept[0] if kept else "the file holds Python objects beyond tensors")
+                + " (a pickle that would run code or build other objects is refused)")
+    return lines[0] if lines else type(err).__name__
+
+
 class ExactTransformer(HookedRootModule):
     """A transformer whose every switch is in :class:`ExactConfig`.
 
@@ -457,9 +471,8 @@ class ExactTransformer(HookedRootModule):
         try:
             state = torch.load(directory / WEIGHTS_FILE, map_location="cpu", weights_only=True)
         except Exception as err:  # torch raises UnpicklingError, EOFError, RuntimeError ... for a bad file
-            reason = (err.strerror if isinstance(err, OSError) and err.strerror else str(err)) or type(err).__name__
             raise ExactLensError(f"{directory / WEIGHTS_FILE} is not a readable torch state dict "
-                                 f"(weights_only loading; {type(err).__name__}: {reason})") from err
+                                 f"(weights_only loading; {type(err).__name__}: {_load_reason(err)})") from None
         if not isinstance(state, dict):
             raise ExactLensError(f"{directory / WEIGHTS_FILE} holds a {type(state).__name__}, not a state dict")
         expected = model.state_dict()

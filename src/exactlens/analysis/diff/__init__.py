@@ -121,9 +121,20 @@ def diff(
     diff"); ``summary`` holds one number per part.
     """
     start = time.perf_counter()
+    if isinstance(parts, str):  # one part, never its letters
+        parts = [parts]
+    if not hasattr(parts, "__iter__"):
+        raise ExactLensError(f"parts are a list of diff parts (from {list(PARTS)}), got {parts!r}")
+    parts = list(dict.fromkeys(parts))
+    if not parts:
+        raise ExactLensError(f"no diff part given; choose one or more of {list(PARTS)}")
     bad = [p for p in parts if p not in PARTS]
     if bad:
         raise ExactLensError(f"unknown diff parts {bad}; choose from {list(PARTS)}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ExactLensError(f"seed must be an integer, got {seed!r}")
+    if not isinstance(against, str):
+        raise ExactLensError(f"against is a construction name (a string), got {against!r}")
     if isinstance(strings, bool) or not isinstance(strings, int) or strings < 2:
         raise ExactLensError(f"strings must be an integer >= 2, got {strings!r}")
     for name, value, low in (("das_max_dim", das_max_dim, 1), ("das_steps", das_steps, 1),
@@ -135,7 +146,7 @@ def diff(
                                  ("circuit_ablation", circuit_ablation, ABLATIONS)):
         if value not in allowed:
             raise ExactLensError(f"{name} {value!r} is unknown; choose one of {', '.join(allowed)}")
-    if not 0 < test_fraction < 1:
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
         raise ExactLensError(f"test_fraction must lie in (0, 1), got {test_fraction!r}")
     construction = get(against)
     params = dict(params or {})

@@ -166,6 +166,10 @@ def resolve_trained(trained: Any) -> tuple[Any, dict[str, Any]]:
             return model, {"kind": "checkpoint", "path": str(path)}
         construction = get_target(trained)
         return construction.make(dtype="float64"), {"kind": "construction", "name": construction.name}
+    if not (isinstance(trained, torch.nn.Module) and hasattr(trained, "cfg")):
+        raise ExactLensError(f"a model is an ExactTransformer or a TransformerLens model (a torch module with .cfg), "
+                             f"a checkpoint directory or a construction name; got {type(trained).__name__} "
+                             f"{trained!r:.80}")
     return trained, {"kind": "model"}
 
 
