@@ -38,16 +38,15 @@ FUZZED = {
     "train": ["out", "seed", "seeds", "epochs", "lr"],
 }
 # wrong types that only the request validation generated at the entry can refuse (the lead's rewrite of
-# api.py): a value passed through to torch or argparse-shaped code before anything reads its type
-LEAD = {("build", "dtype"), ("build", "device"), ("verify", "dtype"), ("train", "epochs"), ("train", "lr"),
-        ("train", "seed")}
+# api.py) would be listed here, as (verb, argument), and marked xfail; none is left at present
+LEAD: set[tuple[str, str]] = set()
 
 scalars = st.one_of(
     st.none(), st.booleans(),
     st.integers(min_value=-(10**12), max_value=10**12),
     st.sampled_from([0, -1, 1, 2, 10**9, 10**15]),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(["", "a", "first", "1:3", "nan", "inf", "0:100000000", ","]),
+    st.sampled_from(["", "a", "nope", "1:3", "nan", "inf", "0:100000000", ","]),
     st.text(max_size=4),
     st.builds(object),
 )
@@ -91,19 +90,21 @@ CASES = [pytest.param(verb, arg, marks=pytest.mark.xfail(strict=False, reason="r
 
 
 @pytest.mark.parametrize(("verb", "arg"), CASES)
-@settings(max_examples=12, deadline=None, derandomize=True,
+@settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(value=values)
 def test_each_argument_of_each_verb(verb, arg, value):
     if verb == "train" and arg == "seeds" and isinstance(value, (list, tuple)) and len(value) > 2:
         value = value[:2]  # keep a valid drawn list small: the point is the type, not training many runs
+    if verb == "hull" and arg == "target" and value is None:
+        return  # valid: Brody's random keys (a minute of linear programs), not a bad input
     outcome(verb, **{**BASE[verb], arg: value})
 
 
 @pytest.mark.parametrize(("verb", "arg"), [(v, a) for v, args in FUZZED.items() for a in args
                                           if (v, a) not in LEAD and a not in ("name", "target", "trained")])
 def test_nested_and_non_finite_values(verb, arg):
-    for value in (nested(5000), math.nan, math.inf, -math.inf, 10**30, [math.nan], {"a": 1}):
+    for value in (nested(50), math.nan, math.inf, -math.inf, 10**30, [math.nan], {"a": 1}):
         outcome(verb, **{**BASE[verb], arg: value})
 
 

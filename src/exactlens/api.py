@@ -164,7 +164,8 @@ def train(name: str, *, out: str | Path | None = None, seed: int = 0, seeds: Seq
     from exactlens.train import train_many
 
     if seeds is not None:
-        runs = train_many(name, list(seeds), out=out, overwrite=overwrite, device=device, **options)
+        # reliability (issue 31): seeds go through as given; train_many checks them (count first, then types)
+        runs = train_many(name, seeds, out=out, overwrite=overwrite, device=device, **options)
         return Result("train_many", {"runs": [r.info for r in runs]}, runs=runs, models=[r.model for r in runs])
     run = one(name, out=out, seed=seed, overwrite=overwrite, device=device, **options)
     return Result("train", run.info, run=run, model=run.model, history=run.history)

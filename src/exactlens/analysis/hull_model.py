@@ -61,6 +61,7 @@ import torch
 
 from exactlens.analysis.hull import METHODS, selectable_keys
 from exactlens.errors import ExactLensError
+from exactlens.tasks.base import check_seed
 
 __all__ = [
     "hull_report",
@@ -377,8 +378,7 @@ def hull_report(
     if not isinstance(target, (str, os.PathLike)):
         raise ExactLensError(f"the hull's target is a construction name or a checkpoint directory, got "
                              f"{type(target).__name__} {target!r:.80}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ExactLensError(f"seed must be an integer, got {seed!r}")
+    check_seed(seed)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
         raise ExactLensError(f"tol must be a float in (0, 1) (relative to the keys' scale), got {tol!r}")
     if isinstance(sequences_per_length, bool) or not isinstance(sequences_per_length, int) or sequences_per_length < 1:

@@ -45,6 +45,7 @@ from exactlens.outputs import staged
 from exactlens.progress import bar
 from exactlens.resources import check_run_count
 from exactlens.tasks import kinds
+from exactlens.tasks.base import check_seed
 from exactlens.train.data import PAD_ID, Batch, sample_batch, split
 from exactlens.train.metrics import Metric
 from exactlens.train.presets import TrainSpec, get_preset
@@ -99,8 +100,7 @@ class TrainRun:
 
 def seed_generators(seed: int) -> dict[str, torch.Generator]:
     """Independent streams for initialization, training data and test data."""
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ExactLensError(f"seed must be an integer >= 0, got {seed!r}")
+    check_seed(seed, minimum=0)
     states = np.random.SeedSequence(seed).generate_state(3, dtype=np.uint64)
     names = ("init", "train", "test")
     return {n: torch.Generator().manual_seed(int(s) & (2**63 - 1)) for n, s in zip(names, states, strict=True)}
@@ -307,6 +307,8 @@ def train_many(
     seeds = list(seeds)
     if not seeds:
         raise ExactLensError("train_many needs at least one seed")
+    for seed in seeds:
+        check_seed(seed, minimum=0)
     if len(set(seeds)) != len(seeds):
         raise ExactLensError(f"train_many: seeds must be distinct, got {seeds}")
     return fit_into(get_preset(task).spec(options), seeds, out, progress, per_seed=True, overwrite=overwrite,

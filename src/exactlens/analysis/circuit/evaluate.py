@@ -20,14 +20,14 @@ from exactlens.constructions.registry import longest_length
 from exactlens.errors import ExactLensError
 from exactlens.tasks import check_length
 from exactlens.tasks import reader as task_reader
+from exactlens.tasks.base import check_seed
 
 DEFAULT_WORDS = 64  # per length: every word when there are at most this many
 DEFAULT_SPAN = 6  # default lengths: the task's shortest and the next five
 
 
 def _check_seed(seed: Any) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ExactLensError(f"seed must be an integer, got {seed!r}")
+    check_seed(seed)
 
 
 def _check_choice(name: str, value: str, allowed: Sequence[str]) -> str:

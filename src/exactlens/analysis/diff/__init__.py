@@ -55,6 +55,7 @@ from exactlens.analysis.diff.interventions import intervention_table
 from exactlens.analysis.diff.probes import feature_scopes, probe_table
 from exactlens.analysis.diff.runs import (
     DEFAULT_LENGTHS,
+    check_diff_cost,
     check_vocab,
     describe,
     make_side,
@@ -68,6 +69,7 @@ from exactlens.constructions.registry import get
 from exactlens.devices import device_name, device_of, resolve_device
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import jsonable
+from exactlens.tasks.base import check_seed
 
 PARTS = ("behaviour", "probes", "attention", "weights", "interventions", "alignment", "circuit")
 
@@ -123,16 +125,16 @@ def diff(
     start = time.perf_counter()
     if isinstance(parts, str):  # one part, never its letters
         parts = [parts]
-    if not hasattr(parts, "__iter__"):
-        raise ExactLensError(f"parts are a list of diff parts (from {list(PARTS)}), got {parts!r}")
+    parts = list(parts) if hasattr(parts, "__iter__") else parts
+    if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
+        raise ExactLensError(f"parts are a list of diff part names (from {list(PARTS)}), got {parts!r:.80}")
     parts = list(dict.fromkeys(parts))
     if not parts:
         raise ExactLensError(f"no diff part given; choose one or more of {list(PARTS)}")
     bad = [p for p in parts if p not in PARTS]
     if bad:
         raise ExactLensError(f"unknown diff parts {bad}; choose from {list(PARTS)}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ExactLensError(f"seed must be an integer, got {seed!r}")
+    check_seed(seed)
     if not isinstance(against, str):
         raise ExactLensError(f"against is a construction name (a string), got {against!r}")
     if isinstance(strings, bool) or not isinstance(strings, int) or strings < 2:
@@ -174,6 +176,7 @@ def diff(
     )
     side = make_side(model, info, reader, exact.readout_position, False)
     used, skipped = usable_lengths(lengths, construction, task, side, exact)
+    check_diff_cost(task, used, strings, side, exact)
     labels = [exact_model.residual_label(i) for i in range(exact.d_model)]
     runs = run_both(task, used, strings, seed, side, exact)
     _progress(f"diff: ran both models on {sum(len(r.ids) for r in runs)} words", quiet)
