@@ -204,3 +204,22 @@ def test_failed_write_reads_the_reason_off_the_limit(tmp_path):
     err = failed_write(tmp_path / "w.pt", RuntimeError("unexpected pos 704 vs 598"))
     assert isinstance(err, OSError) and err.filename == str(tmp_path / "w.pt")
     assert "unexpected pos" in err.strerror  # no limit, free disk: the library's reason is kept
+
+
+def test_a_diff_page_and_its_views_are_written_together(tmp_path, monkeypatch):
+    """The page and its attention-views folder: a write error in either leaves both as they were."""
+    import exactlens as el
+    from exactlens.viz import diff_page
+
+    result = el.diff("first-flawed", "first", lengths=[2, 3], strings=4, parts=["behaviour"]).to_dict()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(diff_page, "diff_html", full_disk)
+    with pytest.raises(OSError, match="No space left on device.*left as it was"):
+        diff_page.write_diff_page(result, tmp_path / "d.html", trained="first-flawed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "neither the page nor its views may appear"
+    monkeypatch.undo()
+    diff_page.write_diff_page(result, tmp_path / "d.html", trained="first-flawed")
+    assert (tmp_path / "d.html").is_file() and any((tmp_path / "d_files").iterdir())

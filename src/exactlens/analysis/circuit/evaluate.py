@@ -26,10 +26,6 @@ DEFAULT_WORDS = 64  # per length: every word when there are at most this many
 DEFAULT_SPAN = 6  # default lengths: the task's shortest and the next five
 
 
-def _check_seed(seed: Any) -> None:
-    check_seed(seed)
-
-
 def _check_choice(name: str, value: str, allowed: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise ExactLensError(f"{name} {value!r} is unknown; choose one of {', '.join(allowed)}")
@@ -51,6 +47,8 @@ def check_circuit_cost(model, graph: ModelGraph, lengths: Sequence[int], words: 
     x d_model per node), and the check runs about 3 + (number of edges) forward passes per length."""
     from exactlens.resources import check_memory, check_work
 
+    if not hasattr(model, "forward_operations"):  # a TransformerLens model: its own checks apply
+        return
     item = torch.finfo(model.cfg.torch_dtype).bits // 8
     kept = peak = operations = 0.0
     for length in lengths:
@@ -138,7 +136,7 @@ def circuit_report(target: Any, *, granularity: str = "head", lengths: Sequence[
     ablating every edge outside the circuit (should be 0) and by each edge inside it alone."""
     _check_choice("granularity", granularity, GRANULARITIES)
     _check_choice("ablation", ablation, ABLATIONS)
-    _check_seed(seed)
+    check_seed(seed)
     model, info = _resolve(target)
     circuit = derive_circuit(model, granularity)
     batches = word_batches(model, circuit.graph, lengths, words, seed, ablation)
@@ -167,7 +165,7 @@ def discover_report(target: Any, method: str, *, granularity: str = "head", agai
     _check_choice("granularity", granularity, GRANULARITIES)
     _check_choice("ablation", ablation, ABLATIONS)
     check_threshold(threshold)
-    _check_seed(seed)
+    check_seed(seed)
     model, info = _resolve(target)
     truth_model = None
     if against is not None:
