@@ -9,11 +9,17 @@ Ctrl-C while the content is written removes the sibling and leaves the target ex
 An existing target is refused unless ``overwrite=True`` (CLI: ``--overwrite``), except an empty
 directory; with ``overwrite`` the old target is moved aside, the new one moved in, and only then is
 the old one deleted (if the move in fails, the old one is put back).
+
+A write error (``OSError``: a full disk, a file-size limit) inside a staged output comes out as one
+``OSError`` naming the file at its final path (not the hidden sibling's) and saying that the target
+was left as it was; ``write_error`` tells such errors apart from others (a report aborts on them
+instead of showing them as a failed section).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -48,6 +54,8 @@ def check_output(path: str | Path, *, overwrite: bool = False, kind: str = "dire
     (unless ``overwrite``). Returns the path (absolute). Raises ExactLensError naming the problem."""
     if kind not in KINDS:
         raise ExactLensError(f"output kind must be one of {KINDS}, got {kind!r}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise ExactLensError(f"the {what} path must be a str or a pathlib.Path, got {type(path).__name__} {path!r}")
     if str(path) == "":
         raise ExactLensError(f"the {what} path is empty")
     target = Path(path).expanduser().absolute()
@@ -104,6 +112,61 @@ def _commit(staging: Path, target: Path, overwrite: bool, what: str) -> None:
     _remove(old)
 
 
+def write_error(err: BaseException) -> OSError | None:
+    """The ``OSError`` behind ``err`` (itself, or its cause or context), or None when it is not one."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+@contextlib.contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """Give an ``OSError`` raised inside without a file name (a failed ``write``) the name ``path``."""
+    try:
+        yield
+    except OSError as err:
+        if not err.filename:
+            err.filename = str(path)
+        raise
+
+
+def failed_write(path: str | Path, err: BaseException) -> OSError:
+    """An ``OSError`` for a library's write of ``path`` that failed with another exception (torch.save
+    raises RuntimeError): its reason read off the file-size limit and the free space when they explain it."""
+    path = Path(path)
+    size = path.stat().st_size if path.is_file() else 0
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY and size >= limit:
+            return OSError(errno.EFBIG, "File too large (the file-size limit, ulimit -f)", str(path))
+    except (ImportError, OSError, ValueError):  # not POSIX
+        pass
+    with contextlib.suppress(OSError):
+        if shutil.disk_usage(path.parent).free < 2**20:
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return OSError(errno.EIO, f"write failed ({type(err).__name__}: {first})", str(path))
+
+
+def _located(err: OSError, staging: Path, target: Path, what: str) -> OSError:
+    """``err`` with the file at its final path (inside ``target``, not the staging sibling) and the
+    note that the target was left as it was (an output staged inside another one is named by the
+    outer one: the output the user asked for)."""
+    name = str(err.filename) if err.filename else str(target)
+    if name.startswith(str(staging)):
+        name = str(target) + name[len(str(staging)):]
+    reason = getattr(err, "_exactlens_reason", None) or err.strerror or str(err) or type(err).__name__
+    located = OSError(err.errno, f"{reason} while writing the {what} {target} (left as it was)", name)
+    located._exactlens_reason = reason  # type: ignore[attr-defined]
+    return located
+
+
 @contextlib.contextmanager
 def staged(path: str | Path, *, overwrite: bool = False, kind: str = "directory",
            what: str = "output") -> Iterator[Path]:
@@ -120,6 +183,9 @@ def staged(path: str | Path, *, overwrite: bool = False, kind: str = "directory"
         if kind == "file" and not staging.exists():
             raise ExactLensError(f"internal error: nothing was written for {what} {path}")
         _commit(staging, target, overwrite, what)
+    except OSError as err:
+        _remove(staging)
+        raise _located(err, staging, target, what) from err
     except BaseException:
         _remove(staging)
         raise
@@ -127,7 +193,7 @@ def staged(path: str | Path, *, overwrite: bool = False, kind: str = "directory"
 
 def write_text(path: str | Path, text: str, *, overwrite: bool = False, what: str = "output") -> Path:
     """Write a text file in one step (``staged`` with kind "file")."""
-    with staged(path, overwrite=overwrite, kind="file", what=what) as tmp:
+    with staged(path, overwrite=overwrite, kind="file", what=what) as tmp, naming(tmp):
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
 
@@ -137,6 +203,6 @@ def save_figure(fig, path: str | Path, *, overwrite: bool = True, **savefig_kwar
     reports and notebooks, which re-draw their own files: they replace an existing file by default
     (atomically); pass ``overwrite=False`` to refuse one."""
     path = Path(path)
-    with staged(path, overwrite=overwrite, kind="file", what="figure") as tmp:
+    with staged(path, overwrite=overwrite, kind="file", what="figure") as tmp, naming(tmp):
         fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", **savefig_kwargs)
     return path

@@ -65,6 +65,18 @@ def check_memory(needed: float, what: str, lower: str) -> None:
                    f"memory limit of {human(limit)} ({ENV} or 80% of this machine's memory)", lower)
 
 
+# What one training run held in memory at least, beyond its weights: its modules, its generators, its
+# history and the Adam state's Python objects (a lower bound, so that a count like 10^8 is refused at once).
+RUN_OVERHEAD_BYTES = 2**20
+
+
+def check_run_count(count: int, per_run_bytes: float = 0, what: str = "training") -> None:
+    """Refuse ``count`` runs trained together (``--seeds``) when they cannot fit in memory, before any
+    list of seeds or model is built; ``per_run_bytes``: a run's weights and optimizer state, if known."""
+    check_memory(count * (RUN_OVERHEAD_BYTES + per_run_bytes), f"{what} {count} runs together (one per seed)",
+                 "train fewer seeds per command (e.g. --seeds 0:9, then 10:19)")
+
+
 def work_limit() -> float:
     raw = os.environ.get(WORK_ENV, "").strip()
     if not raw:

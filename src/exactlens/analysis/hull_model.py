@@ -50,6 +50,8 @@ that are equal in exact arithmetic may differ by rounding.
 
 from __future__ import annotations
 
+import numbers
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,7 @@ import torch
 from exactlens.analysis.hull import METHODS, selectable_keys
 from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
+from exactlens.tasks.base import check_seed
 
 __all__ = [
     "hull_report",
@@ -338,10 +341,12 @@ def _pad(batches: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _check_lengths(lengths: Sequence[int], what: str, minimum: int) -> list[int]:
-    try:
-        out = sorted({int(n) for n in lengths})
-    except (TypeError, ValueError) as err:
-        raise ExactLensError(f"{what} must be integers, got {lengths!r}") from err
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise ExactLensError(f"{what} must be a list of integers, got {lengths!r}")
+    lengths = list(lengths)
+    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in lengths):
+        raise ExactLensError(f"{what} must be integers (never rounded), got {lengths!r}")
+    out = sorted({int(n) for n in lengths})
     if not out or out[0] < minimum:
         raise ExactLensError(f"{what} must be a non-empty list of integers >= {minimum}, got {list(lengths)!r}")
     return out
@@ -371,6 +376,12 @@ def hull_report(
     """
     from exactlens.devices import device_name, resolve_device
 
+    if not isinstance(target, (str, os.PathLike)):
+        raise ExactLensError(f"the hull's target is a construction name or a checkpoint directory, got "
+                             f"{type(target).__name__} {target!r:.80}")
+    check_seed(seed)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
+        raise ExactLensError(f"tol must be a float in (0, 1) (relative to the keys' scale), got {tol!r}")
     if isinstance(sequences_per_length, bool) or not isinstance(sequences_per_length, int) or sequences_per_length < 1:
         raise ExactLensError(f"sequences_per_length must be an integer >= 1, got {sequences_per_length!r}")
     gen = torch.Generator().manual_seed(int(seed))
@@ -396,8 +407,9 @@ def hull_report(
         model = construction.make(dtype=dtype)
         lang = construction.lang()
         wanted = _check_lengths(lengths or DEFAULT_LENGTHS, "lengths (word lengths)", 0)
-        if construction.max_length is not None:
-            wanted = sorted({min(n, construction.max_length) for n in wanted})
+        longest = construction.length_range(model)[1]  # the construction's, its task's, the model's (tracr)
+        if longest is not None:
+            wanted = sorted({min(n, longest) for n in wanted})
         batches = []
         for n in wanted:
             k = len(lang.alphabet)

@@ -30,10 +30,14 @@ from exactlens.model import ExactTransformer
 from exactlens.progress import bar
 from exactlens.resources import check_work
 from exactlens.tasks import kinds
+from exactlens.tasks.base import check_seed
 from exactlens.tasks.decisions import Reader
 
 ATTENTION_MEMORY_BUDGET = 2**28  # bytes of attention scores per chunk (~256 MB)
 GAP_SCAN_LIMIT = 64  # precision(): gaps up to this many lengths are scanned one by one
+
+
+MAX_LENGTHS = 100_000  # lengths in one 'A:B[:STEP]' grid
 
 
 def parse_lengths(spec: str) -> list[int]:
@@ -47,9 +51,15 @@ def parse_lengths(spec: str) -> list[int]:
             step = parts[2] if len(parts) == 3 else 1
             if step < 1 or stop < start:
                 raise ValueError
-            lengths = list(range(start, stop + 1, step))
+            grid = range(start, stop + 1, step)
+            if len(grid) > MAX_LENGTHS:  # counted before the list is made
+                raise ExactLensError(f"lengths {spec!r} name {len(grid)} lengths, more than {MAX_LENGTHS} (each is a "
+                                     "run of its own); give a STEP (A:B:STEP) or a shorter range")
+            lengths = list(grid)
         else:
             lengths = [int(p) for p in spec.split(",")]
+    except ExactLensError:
+        raise
     except ValueError:
         raise ExactLensError(
             f"lengths {spec!r} must be A:B or A:B:STEP (A <= B, STEP >= 1) or a comma list of integers"
@@ -157,14 +167,20 @@ def verify_model(
     counts those words in ``non_finite_words`` (present only then): no decision is read from a non-finite output."""
     if isinstance(strings, bool) or not isinstance(strings, int) or strings < 1:
         raise ExactLensError(f"strings must be an integer >= 1, got {strings!r}")
+    check_seed(seed)
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise ExactLensError(f"lengths are a list of integers (the CLI's 'A:B' is parse_lengths's), got {lengths!r}")
     reader = tasks.reader(model, task)
     lengths = list(lengths)
-    check_request(model, reader.task, lengths, strings, f"verifying {len(lengths)} lengths x {strings} words")
-    results = []
-    for length in bar(lengths, desc="verify", unit="length"):
+    if not lengths:
+        raise ExactLensError("give at least one length")
+    for length in lengths:  # every length checked before any work
         if construction is not None:
             construction.check_length(length, model)
         reader.task.check_length(length)
+    check_request(model, reader.task, lengths, strings, f"verifying {len(lengths)} lengths x {strings} words")
+    results = []
+    for length in bar(lengths, desc="verify", unit="length"):
         ids, exhaustive = words_for_length(reader.task, length, strings, seed, exhaustive_limit)
         row = evaluate_words(reader, model, ids)
         drop = ("errors", "finite") + (() if row["non_finite_words"] else ("non_finite_words",))
@@ -249,6 +265,9 @@ def precision(
     construction = get(name)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise ExactLensError(f"max_length must be an integer >= 1, got {max_length!r}")
+    check_seed(seed)
+    if isinstance(strings, bool) or not isinstance(strings, int) or strings < 1:
+        raise ExactLensError(f"strings must be an integer >= 1, got {strings!r}")
     params = params or {}
     dtype = dtype_name(dtype)
     model = construction.make(dtype=dtype, device=device, **params)

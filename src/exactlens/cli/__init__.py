@@ -10,6 +10,7 @@ register names and light facts (exactlens.plugins.lazy)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from exactlens.errors import ExactLensError
@@ -101,10 +102,32 @@ def _one_line(err: BaseException) -> str | None:
     return None
 
 
+def _on_late_interrupt(signum: int, frame: object) -> None:
+    """A Ctrl-C after the verb returned (while Python shuts down) would kill the
+    process by the signal (status -2); it exits 130 instead, its output flushed."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(EXIT_INTERRUPTED)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one verb. Exit status 0 on success, 2 with one line on stderr for bad input, a filesystem error
     or memory that is not there, 130 on Ctrl-C (outputs left as they were); ``--debug`` shows tracebacks."""
-    argv = sys.argv[1:] if argv is None else argv
+    if argv is None:  # a program, not a call: a Ctrl-C while Python shuts down also exits 130
+        import signal
+
+        try:
+            return _main(sys.argv[1:])
+        finally:
+            with contextlib.suppress(ValueError):  # not the main thread
+                signal.signal(signal.SIGINT, _on_late_interrupt)
+    return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     if argv == ["--version"]:  # before any heavy import
         print(f"exactlens {__version__}")
         return 0

@@ -59,6 +59,9 @@ class Construction:
     decision_rule: str | None = None  # a registered rule (exactlens.tasks.decisions); None: the kind's
     tags: tuple[str, ...] = field(default_factory=tuple)
     parameters: dict[str, Any] | None = None  # the builder's parameters and defaults (dtype excluded), declared
+    # the builder parameter that sets the longest |w| (tracr's max_seq_len): the limit of each built model
+    # (its metadata "max_length"); ``list`` shows its default as max_length
+    max_length_param: str | None = None
     _builder: Callable[..., ExactTransformer] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -182,6 +185,12 @@ class Construction:
                     f"position table (n_ctx={model.cfg.n_ctx})"
                 )
 
+    def stated_max_length(self) -> int | None:
+        """The longest |w| of the construction with its default parameters (None: any)."""
+        if self.max_length is not None or self.max_length_param is None:
+            return self.max_length
+        return self.defaults().get(self.max_length_param)
+
     def describe(self) -> dict[str, Any]:
         """What ``exactlens list --json`` shows. The task is described by the facts it was registered
         with where it declared them (its default instance's kind and min_length; exactlens.tasks.register),
@@ -196,7 +205,7 @@ class Construction:
             "summary": self.summary,
             "parameters": self.defaults(),
             "min_length": max(self.min_length, task_min),
-            "max_length": self.max_length,
+            "max_length": self.stated_max_length(),
             "decision_rule": self.decision_rule,
         }
 
@@ -216,6 +225,9 @@ def register(construction: Construction) -> Construction:
 def get(name: str) -> Construction:
     from exactlens.plugins import load_plugins
 
+    if not isinstance(name, str):
+        raise ExactLensError(f"a construction is named by a string (exactlens list shows them), got "
+                             f"{type(name).__name__} {name!r:.80}")
     load_plugins()
     if name not in REGISTRY:
         raise ExactLensError(f"unknown construction {name!r}; known: {', '.join(sorted(REGISTRY))}")

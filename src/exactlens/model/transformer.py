@@ -22,11 +22,25 @@ from exactlens.model.components import (
     gather_rows,
     visible_keys,
 )
-from exactlens.model.config import ExactConfig, parameter_bytes
+from exactlens.model.config import ExactConfig, model_bytes
 from exactlens.resources import check_memory, check_work, memory_limit
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.pt"
+
+
+def _load_reason(err: BaseException) -> str:
+    """Why torch.load refused a file, in one line, without torch's advice to retry with weights_only=False
+    (which would run whatever code the file holds: never advice for a user of ours)."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    kept = [line for line in lines if "weights_only" not in line and "pytorch.org" not in line
+            and not line.startswith("Weights only load failed")]
+    if len(kept) < len(lines):  # the weights-only unpickler refused something: say what
+        return ((kept[0] if kept else "the file holds Python objects beyond tensors")
+                + " (a pickle that would run code or build other objects is refused)")
+    return lines[0] if lines else type(err).__name__
 
 
 class ExactTransformer(HookedRootModule):
@@ -40,7 +54,7 @@ class ExactTransformer(HookedRootModule):
 
     def __init__(self, cfg: ExactConfig):
         super().__init__()
-        check_memory(2 * parameter_bytes(cfg), f"a model with d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, "
+        check_memory(model_bytes(cfg), f"a model with d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, "
                      f"n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, d_vocab={cfg.d_vocab} ({cfg.dtype})",
                      "lower the widths, layers or vocabulary in the config")
         self.cfg = cfg
@@ -420,8 +434,14 @@ class ExactTransformer(HookedRootModule):
     def write_checkpoint(self, directory: Path) -> None:
         """config.json + weights.pt into an existing directory (the staging directory of ``save`` or of a
         training run; use ``save`` to write a checkpoint safely)."""
-        (directory / CONFIG_FILE).write_text(self.cfg.to_json() + "\n")
-        torch.save(self.state_dict(), directory / WEIGHTS_FILE)
+        from exactlens.outputs import failed_write, naming
+
+        with naming(directory / CONFIG_FILE):
+            (directory / CONFIG_FILE).write_text(self.cfg.to_json() + "\n")
+        try:
+            torch.save(self.state_dict(), directory / WEIGHTS_FILE)
+        except RuntimeError as err:  # torch reports a failed write (a full disk, ulimit -f) as a RuntimeError
+            raise failed_write(directory / WEIGHTS_FILE, err) from err
 
     @classmethod
     def load(cls, directory: str | Path) -> ExactTransformer:
@@ -440,6 +460,9 @@ class ExactTransformer(HookedRootModule):
             cfg = ExactConfig.from_dict(json.loads(text))
         except json.JSONDecodeError as err:
             raise ExactLensError(f"{config_path} is not valid JSON: {err}") from err
+        except RecursionError:  # JSON nested thousands of levels deep
+            raise ExactLensError(f"{config_path} is nested too deeply to be a config (a config is one object of "
+                                 "fields)") from None
         except ExactLensError as err:
             raise ExactLensError(f"{config_path}: {err}") from err
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as err:  # a field of the wrong type
@@ -448,9 +471,8 @@ class ExactTransformer(HookedRootModule):
         try:
             state = torch.load(directory / WEIGHTS_FILE, map_location="cpu", weights_only=True)
         except Exception as err:  # torch raises UnpicklingError, EOFError, RuntimeError ... for a bad file
-            reason = (err.strerror if isinstance(err, OSError) and err.strerror else str(err)) or type(err).__name__
             raise ExactLensError(f"{directory / WEIGHTS_FILE} is not a readable torch state dict "
-                                 f"(weights_only loading; {type(err).__name__}: {reason})") from err
+                                 f"(weights_only loading; {type(err).__name__}: {_load_reason(err)})") from None
         if not isinstance(state, dict):
             raise ExactLensError(f"{directory / WEIGHTS_FILE} holds a {type(state).__name__}, not a state dict")
         expected = model.state_dict()

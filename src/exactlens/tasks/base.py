@@ -332,6 +332,16 @@ def check_count(count: int, what: str) -> None:
         raise ExactLensError(f"{what}: count must be an integer >= 0, got {count!r}")
 
 
+SEED_LIMIT = 2**40  # |seed|: seeds are mixed with lengths (seed * 1_000_003 + n) into torch's 64-bit seeds
+
+
+def check_seed(seed: Any, minimum: int = -SEED_LIMIT) -> int:
+    """A seed: an integer in [minimum, 2^40], or a clear error (never an overflow inside torch)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not minimum <= seed <= SEED_LIMIT:
+        raise ExactLensError(f"seed must be an integer in [{minimum}, 2^40], got {seed!r:.80}")
+    return seed
+
+
 def check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
     """An integer parameter in [low, high] (high None: no upper bound), or a clear error."""
     if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):

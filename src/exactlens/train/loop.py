@@ -39,10 +39,13 @@ from exactlens.devices import device_name, resolve_device
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps
 from exactlens.model import ExactConfig, ExactTransformer, StackedRuns
+from exactlens.model.config import model_bytes, parameter_bytes
 from exactlens.model.stacked import SingleRun, training_runs
 from exactlens.outputs import staged
 from exactlens.progress import bar, printing_around_bars
+from exactlens.resources import check_run_count
 from exactlens.tasks import kinds
+from exactlens.tasks.base import check_seed
 from exactlens.train.data import PAD_ID, Batch, sample_batch, split
 from exactlens.train.metrics import Metric
 from exactlens.train.presets import TrainSpec, get_preset
@@ -97,8 +100,7 @@ class TrainRun:
 
 def seed_generators(seed: int) -> dict[str, torch.Generator]:
     """Independent streams for initialization, training data and test data."""
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ExactLensError(f"seed must be an integer >= 0, got {seed!r}")
+    check_seed(seed, minimum=0)
     states = np.random.SeedSequence(seed).generate_state(3, dtype=np.uint64)
     names = ("init", "train", "test")
     return {n: torch.Generator().manual_seed(int(s) & (2**63 - 1)) for n, s in zip(names, states, strict=True)}
@@ -298,9 +300,15 @@ def train_many(
     and its own optimizer state. With ``out``, run s is written to ``out/seed{s}`` (``out`` written
     as one new directory, as in ``train``). Each run's wall_s (and its history's) is the group's:
     the runs train in one computation."""
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
+        raise ExactLensError(f"seeds are a list of integers, got {seeds!r}")
+    if hasattr(seeds, "__len__"):
+        check_run_count(len(seeds))  # before a list of 10^8 seeds is made
     seeds = list(seeds)
     if not seeds:
         raise ExactLensError("train_many needs at least one seed")
+    for seed in seeds:
+        check_seed(seed, minimum=0)
     if len(set(seeds)) != len(seeds):
         raise ExactLensError(f"train_many: seeds must be distinct, got {seeds}")
     return fit_into(get_preset(task).spec(options), seeds, out, progress, per_seed=True, overwrite=overwrite,
@@ -353,6 +361,8 @@ def fit(
 ) -> list[TrainRun]:
     """Train one model per seed for a spec (exactlens.train.presets.TrainSpec) on ``device``
     (exactlens.devices; None: the CPU)."""
+    # weights, gradients and two Adam moments per run, before any run is built
+    check_run_count(len(seeds), 4 * parameter_bytes(spec.config) + model_bytes(spec.config))
     outs = outs if outs is not None else [None] * len(seeds)
     gens = [seed_generators(seed) for seed in seeds]
     opts = spec.options

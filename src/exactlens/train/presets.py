@@ -160,9 +160,12 @@ resolve_options = Preset.resolve  # older name: resolve_options(preset, options)
 # ---- validation of the generic options -------------------------------------------------
 
 
+MAX_COUNT = 10**9  # epochs, words, widths: beyond it a run would never finish (and indices overflow)
+
+
 def positive_int(name: str, value: Any, minimum: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ExactLensError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_COUNT:
+        raise ExactLensError(f"{name} must be an integer in [{minimum}, {MAX_COUNT:.0e}], got {value!r:.80}")
 
 
 def choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

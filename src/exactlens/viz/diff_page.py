@@ -8,13 +8,14 @@ it. Every text is escaped.
 
 from __future__ import annotations
 
+import contextlib
 import html
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from exactlens.outputs import check_output, staged, write_text
+from exactlens.outputs import check_output, naming, staged
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1200px; padding: 1em 2em; color: #222; }
@@ -327,21 +328,26 @@ def write_diff_page(result: dict[str, Any], path: str | Path, trained: Any = Non
     path = Path(path)
     folder = path.parent / f"{path.stem}_files"
     check_diff_page(path, overwrite, with_views=trained is not None)
-    views = None
-    if trained is not None:
-        with staged(folder, overwrite=overwrite, what="attention views folder") as tmp:
-            written = attention_views(result, trained, tmp)
-        if written is None:  # not an ExactTransformer: no views (the empty folder goes again)
-            folder.rmdir()
-        else:
-            views = tuple((folder / p.relative_to(tmp)).relative_to(path.parent).as_posix() for p in written)
+    views = written = None
     title = f"exactlens diff against {result['exact']['name']}"
-    page = (
-        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{_e(title)}</title>\n'
-        f"<style>{_CSS}</style>\n</head>\n<body>\n<h1>{_e(title)}</h1>\n{diff_html(result, views)}\n"
-        "</body>\n</html>\n"
-    )
-    write_text(path, page, overwrite=overwrite, what="diff page")
+    # the page and its views are written before either is moved into place: a write error in one leaves both
+    # as they were (the views folder, entered last, is moved in first)
+    with contextlib.ExitStack() as stack:
+        page_tmp = stack.enter_context(staged(path, overwrite=overwrite, kind="file", what="diff page"))
+        if trained is not None:
+            tmp = stack.enter_context(staged(folder, overwrite=overwrite, what="attention views folder"))
+            written = attention_views(result, trained, tmp)
+            if written is not None:
+                views = tuple((folder / p.relative_to(tmp)).relative_to(path.parent).as_posix() for p in written)
+        page = (
+            f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{_e(title)}</title>\n'
+            f"<style>{_CSS}</style>\n</head>\n<body>\n<h1>{_e(title)}</h1>\n{diff_html(result, views)}\n"
+            "</body>\n</html>\n"
+        )
+        with naming(path):
+            page_tmp.write_text(page, encoding="utf-8")
+    if trained is not None and written is None:  # not an ExactTransformer: no views (the empty folder goes again)
+        folder.rmdir()
     return path
 
 

@@ -8,7 +8,10 @@ context: attention/*.html (circuitsvis; its JavaScript once, in assets/circuitsv
 data/*.json.
 Nothing is loaded from the network. Every text in the page is escaped with html.escape;
 progress goes to stderr. A builder that fails does not take the page down: its error is
-shown in the page and recorded in data/report.json.
+shown in the page and recorded in data/report.json, and once the report is in place
+``build_report`` raises :class:`ReportIncomplete` (the CLI exits 2) naming the failed parts.
+A write error (a full disk, a file-size limit) is not a section's failure: it aborts the
+whole report, and the old report (or nothing) stays in place.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from typing import Any
 
 from exactlens.constructions import get
 from exactlens.constructions import names as registered_names
+from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps
-from exactlens.outputs import staged
+from exactlens.outputs import naming, staged, write_error
 from exactlens.plugins import Lazy, Registry, lazy
 from exactlens.progress import bar
 from exactlens.progress import say as progress  # the report builders' name for it
@@ -116,7 +120,8 @@ class ReportContext:
         """Write data/filename (strict JSON: NaN and infinities become null; compact, without indentation,
         which would make the report's data a third larger); return its relative path."""
         path = self.asset("data", filename)
-        path.write_text(dumps(obj, separators=(",", ":")) + "\n", encoding="utf-8")
+        with naming(path):
+            path.write_text(dumps(obj, separators=(",", ":")) + "\n", encoding="utf-8")
         return self.rel(path)
 
     def covers(self, paper_prefix: str) -> bool:
@@ -124,7 +129,10 @@ class ReportContext:
         return any(get(n).paper.startswith(paper_prefix) for n in self.names)
 
     def error(self, where: str, err: BaseException) -> str:
-        """Record an error (stderr, report.json) and return a visible HTML note."""
+        """Record an error (stderr, report.json) and return a visible HTML note. A write error is
+        raised again instead: a report with a file missing or cut short must never be committed."""
+        if write_error(err) is not None:
+            raise err
         progress(f"report: {where} failed: {err}")
         traceback.print_exception(err, file=sys.stderr)
         self.errors.append({"where": where, "error": f"{type(err).__name__}: {err}"})
@@ -132,6 +140,18 @@ class ReportContext:
 
 
 SectionBuilder = Callable[[ReportContext], list[Section]]
+
+
+class ReportIncomplete(ExactLensError):
+    """The report was written, but some of its parts failed (their errors are on the page and in
+    data/report.json). ``index``: the written index.html; ``errors``: ``[{"where", "error"}, ...]``."""
+
+    def __init__(self, index: Path, errors: list[dict[str, str]]):
+        self.index = index
+        self.errors = errors
+        listed = "; ".join(f"{e['where']} ({e['error']})" for e in errors[:3]) + ("; ..." if len(errors) > 3 else "")
+        super().__init__(f"wrote {index}, but {len(errors)} part(s) of it failed: {listed}; their errors are shown "
+                         "on the page and in data/report.json")
 
 
 # ---- small HTML helpers ------------------------------------------------------------
@@ -270,6 +290,16 @@ def build_report(
     """
     from exactlens.devices import resolve_device
 
+    if isinstance(names, str):  # one name, never its letters
+        names = [names]
+    elif names is not None:
+        try:
+            names = list(names)
+        except TypeError:
+            raise ExactLensError(f"report names are a list of construction names, got {names!r}") from None
+    for name in names or ():
+        if not isinstance(name, str):
+            raise ExactLensError(f"a report name is a construction name (a string), got {name!r}")
     selected = list(dict.fromkeys(names)) if names else registered_names()
     for name in selected:
         get(name)  # unknown names fail before any work
@@ -282,9 +312,11 @@ def build_report(
             "version": __version__,
             "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         }
-        _build_report(selected, tmp, quick, builders, made, where)
+        errors = _build_report(selected, tmp, quick, builders, made, where)
     index = Path(out_dir) / "index.html"
     progress(f"report: wrote {index}")
+    if errors:
+        raise ReportIncomplete(index, errors)
     return index
 
 
@@ -297,7 +329,7 @@ def _pages_list(out: Path) -> str:
 
 
 def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequence[SectionBuilder] | None,
-                  made: dict[str, str], device: Any = None) -> None:
+                  made: dict[str, str], device: Any = None) -> list[dict[str, str]]:
     from exactlens.devices import device_name
 
     start = time.perf_counter()
@@ -339,5 +371,7 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
     if ctx.errors:
         footer += f' <span class="error">{len(ctx.errors)} error(s); see data/report.json.</span>'
     footer += _pages_list(out)
-    (out / "index.html").write_text(render_page(sections, "exactlens report", footer), encoding="utf-8")
+    with naming(out / "index.html"):
+        (out / "index.html").write_text(render_page(sections, "exactlens report", footer), encoding="utf-8")
     progress(f"report: done in {seconds:.1f} s")
+    return ctx.errors

@@ -181,11 +181,14 @@ class CircuitCheck:
 
 def check_circuit(model, circuit: Circuit, batches: list[Batch]) -> CircuitCheck:
     """Ablate every edge outside the circuit at once, then each non-constant edge inside it alone."""
+    from exactlens.progress import bar
+
     outside = [e for e in circuit.graph.edges if not circuit.contains(e)]
+    checked = [c for c in circuit.edges if not c.constant]
     with small_tensor_threads(model):
         outside_changed = sum(int(changed_words(model, circuit.graph, b, outside).sum()) for b in batches)
-        inside = {
+        inside = {  # a bar over the edges: long words make each ablation run slow
             c.edge.name: sum(int(changed_words(model, circuit.graph, b, [c.edge]).sum()) for b in batches)
-            for c in circuit.edges if not c.constant
+            for c in bar(checked, desc="circuit check", unit="edge")
         }
     return CircuitCheck(outside_changed, inside, sum(len(b.tokens) for b in batches))

@@ -20,7 +20,9 @@ difference (regression).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -199,15 +201,22 @@ def _node_scores(graph: ModelGraph, edge_scores: dict[Edge, float]) -> dict[str,
 _RUN = {"patching": activation_patching, "eap": edge_attribution, "acdc": acdc}
 
 
+def check_threshold(threshold: Any) -> None:
+    """A discovery threshold: a finite number >= 0 (None: the method's own). inf would select nothing
+    (patching, eap) or everything's removal (acdc) and say so nowhere."""
+    if threshold is not None and not (isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
+                                      and math.isfinite(threshold) and threshold >= 0):
+        raise ExactLensError(f"threshold must be a finite number >= 0, got {threshold!r}")
+
+
 def discover(model, graph: ModelGraph, batches: list[Batch], method: str, threshold: float | None = None) -> Discovery:
     """Run one method (``METHODS``) on these batches; ``threshold`` defaults to the method's own."""
     import time
 
     if method not in METHODS:
         raise ExactLensError(f"discovery method {method!r} is unknown; choose one of {', '.join(METHODS)}")
+    check_threshold(threshold)
     threshold = DEFAULT_THRESHOLD[method] if threshold is None else threshold
-    if not (isinstance(threshold, (int, float)) and threshold >= 0 and threshold == threshold):
-        raise ExactLensError(f"threshold must be a number >= 0, got {threshold!r}")
     start = time.perf_counter()
     with small_tensor_threads(model):
         result = _RUN[method](model, graph, batches, float(threshold))

@@ -12,7 +12,7 @@ import torch
 
 from exactlens.analysis.circuit.ablation import ABLATIONS, Batch, check_circuit, make_batch, mark_constant
 from exactlens.analysis.circuit.correspond import compare_with_circuit
-from exactlens.analysis.circuit.discovery import METHODS, Discovery, discover
+from exactlens.analysis.circuit.discovery import METHODS, Discovery, check_threshold, discover
 from exactlens.analysis.circuit.graph import GRANULARITIES, ModelGraph, model_graph
 from exactlens.analysis.circuit.scoring import score_discovery
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
@@ -20,21 +20,50 @@ from exactlens.constructions.registry import longest_length
 from exactlens.errors import ExactLensError
 from exactlens.tasks import check_length
 from exactlens.tasks import reader as task_reader
+from exactlens.tasks.base import check_seed
 
 DEFAULT_WORDS = 64  # per length: every word when there are at most this many
 DEFAULT_SPAN = 6  # default lengths: the task's shortest and the next five
 
 
 def _check_choice(name: str, value: str, allowed: Sequence[str]) -> str:
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise ExactLensError(f"{name} {value!r} is unknown; choose one of {', '.join(allowed)}")
     return value
 
 
-def default_lengths(task) -> list[int]:
+def default_lengths(task, longest: int | None = None) -> list[int]:
+    """The task's shortest length and the next five, within the task's limit and ``longest`` (the
+    longest length the model answers, e.g. a tracr model's max_seq_len)."""
     lo = max(task.min_length, 1)
-    hi = lo + DEFAULT_SPAN - 1 if task.max_length is None else min(lo + DEFAULT_SPAN - 1, task.max_length)
+    limits = [n for n in (task.max_length, longest) if n is not None]
+    hi = lo + DEFAULT_SPAN - 1 if not limits else min(lo + DEFAULT_SPAN - 1, *limits)
     return list(range(lo, hi + 1))
+
+
+def check_circuit_cost(model, graph: ModelGraph, lengths: Sequence[int], words: int, n_specials: int) -> None:
+    """Refuse, before any word is drawn, lengths and words whose ablation runs cannot fit or finish:
+    every node's output is kept for the clean and the source run of each length (2 x words x positions
+    x d_model per node), and the check runs about 3 + (number of edges) forward passes per length."""
+    from exactlens.resources import check_memory, check_work
+
+    if not hasattr(model, "forward_operations"):  # a TransformerLens model: its own checks apply
+        return
+    item = torch.finfo(model.cfg.torch_dtype).bits // 8
+    kept = peak = operations = 0.0
+    for length in lengths:
+        n_pos = length + n_specials + 1  # a cross-length source may be one longer
+        kept += 2.0 * words * n_pos * model.cfg.d_model * len(graph.nodes) * item
+        peak = max(peak, float(model.forward_bytes(words, n_pos, hooked=False)))  # hooks read node outputs only
+        operations += (3 + len(graph.edges)) * model.forward_operations(words, n_pos)
+    what = f"the circuit's ablation runs on up to {words} words at lengths {_span(lengths)}"
+    lower = "use fewer words (--words, API words=) or shorter lengths (--lengths)"
+    check_memory(kept + peak, what, lower)
+    check_work(operations, what, lower)
+
+
+def _span(lengths: Sequence[int]) -> str:
+    return str(list(lengths)) if len(lengths) <= 6 else f"{min(lengths)}..{max(lengths)} ({len(lengths)} lengths)"
 
 
 def word_batches(model, graph: ModelGraph, lengths: Sequence[int] | None = None, words: int = DEFAULT_WORDS,
@@ -47,11 +76,16 @@ def word_batches(model, graph: ModelGraph, lengths: Sequence[int] | None = None,
     task = task_reader(model).task
     if isinstance(words, bool) or not isinstance(words, int) or words < 2:
         raise ExactLensError(f"words per length must be an integer >= 2, got {words!r}")
-    lengths = default_lengths(task) if lengths is None else list(lengths)
-    if not lengths:
-        raise ExactLensError("give at least one length")
     own = longest_length(model)
     longest = own if longest is None else (longest if own is None else min(longest, own))
+    if isinstance(lengths, (str, bytes)) or (lengths is not None and not hasattr(lengths, "__iter__")):
+        raise ExactLensError(f"lengths are a list of integers, got {lengths!r}")
+    lengths = default_lengths(task, longest) if lengths is None else list(lengths)
+    if not lengths:
+        raise ExactLensError("give at least one length")
+    for length in lengths:
+        check_length(length, task.name, task.min_length, longest)
+    check_circuit_cost(model, graph, lengths, words, task.n_specials)
 
     def draw(length: int) -> torch.Tensor:
         return task.words(length, words, torch.Generator().manual_seed(seed + length), exhaustive_limit=words)[0]
@@ -102,6 +136,7 @@ def circuit_report(target: Any, *, granularity: str = "head", lengths: Sequence[
     ablating every edge outside the circuit (should be 0) and by each edge inside it alone."""
     _check_choice("granularity", granularity, GRANULARITIES)
     _check_choice("ablation", ablation, ABLATIONS)
+    check_seed(seed)
     model, info = _resolve(target)
     circuit = derive_circuit(model, granularity)
     batches = word_batches(model, circuit.graph, lengths, words, seed, ablation)
@@ -129,6 +164,8 @@ def discover_report(target: Any, method: str, *, granularity: str = "head", agai
     _check_choice("method", method, METHODS)
     _check_choice("granularity", granularity, GRANULARITIES)
     _check_choice("ablation", ablation, ABLATIONS)
+    check_threshold(threshold)
+    check_seed(seed)
     model, info = _resolve(target)
     truth_model = None
     if against is not None:

@@ -15,6 +15,7 @@ from typing import Any
 from exactlens import tasks
 from exactlens.analysis.diff.runs import (
     Side,
+    check_diff_cost,
     check_vocab,
     describe,
     make_side,
@@ -67,5 +68,6 @@ def prepare(trained: Any, against: str, request: Any, say: Callable[[str], None]
     exact = make_side(exact_model, exact_info, tasks.reader(exact_model), exact_model.cfg.readout_position, True)
     side = make_side(model, info, reader, exact.readout_position, False)
     used, skipped = usable_lengths(request.lengths, construction, task, side, exact)
+    check_diff_cost(task, used, request.strings, side, exact)  # before any word is drawn
     labels = [exact_model.residual_label(i) for i in range(exact.d_model)]
     return Context(task, model, exact_model, side, exact, used, skipped, labels, target, say)

@@ -166,6 +166,10 @@ def resolve_trained(trained: Any) -> tuple[Any, dict[str, Any]]:
             return model, {"kind": "checkpoint", "path": str(path)}
         construction = get_target(trained)
         return construction.make(dtype="float64"), {"kind": "construction", "name": construction.name}
+    if not (isinstance(trained, torch.nn.Module) and hasattr(trained, "cfg")):
+        raise ExactLensError(f"a model is an ExactTransformer or a TransformerLens model (a torch module with .cfg), "
+                             f"a checkpoint directory or a construction name; got {type(trained).__name__} "
+                             f"{trained!r:.80}")
     return trained, {"kind": "model"}
 
 
@@ -221,18 +225,48 @@ def words(task: tasks.Task, length: int, strings: int, gen: torch.Generator) -> 
     return torch.cat([task.sample(length, strings, gen), task.hard_words(length).long()]), False
 
 
+HARD_WORDS_BOUND = 128  # a task's hard words per length (a bound: PALINDROME has ~100)
+DIFF_PASSES = 4  # forward passes per word beyond the first (interventions, ablations), for the work estimate
+
+
+def check_diff_cost(task: tasks.Task, lengths: Sequence[int], strings: int, trained: Side, exact: Side) -> None:
+    """Refuse, before any word is drawn, lengths and strings whose runs cannot fit or finish: every
+    length's run of both models is kept, with its residual sites and attention patterns (float64, in
+    torch and in numpy)."""
+    from exactlens.resources import check_memory, check_work
+
+    kept = operations = 0.0
+    k = max(len(task.alphabet), 2)
+    for length in lengths:
+        n_words = (min(strings, k**length) if length < 64 else strings) + HARD_WORDS_BOUND
+        n_pos = length + task.n_specials
+        for side in (trained, exact):
+            per_word = (len(side.sites) + 2) * n_pos * side.d_model + side.n_layers * side.n_heads * n_pos**2
+            kept += 2 * 8.0 * n_words * per_word
+            per_layer = 12.0 * side.d_model**2 * n_pos + 2.0 * side.d_model * n_pos**2
+            operations += (1 + DIFF_PASSES) * n_words * side.n_layers * per_layer
+    span = str(list(lengths)) if len(lengths) <= 6 else f"{min(lengths)}..{max(lengths)}"
+    what = f"the diff's runs on {strings} words per length at lengths {span}"
+    lower = "use fewer --strings (API strings=) or shorter --lengths"
+    check_memory(kept, what, lower)
+    check_work(operations, what, lower)
+
+
 def usable_lengths(
     lengths: Sequence[int] | None, construction: Construction, task: tasks.Task, trained: Side, exact: Side
 ) -> tuple[list[int], list[dict[str, Any]]]:
     """The lengths both models answer; given explicitly, an unusable length is an error."""
     explicit = lengths is not None
+    if explicit and (isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__")):
+        raise ExactLensError(f"lengths are a list of integers, got {lengths!r:.80}")
     wanted = list(DEFAULT_LENGTHS if lengths is None else lengths)
     if not wanted:
         raise ExactLensError("lengths must not be empty")
+    for length in wanted:  # before sorting: a value of another type must not meet '<'
+        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+            raise ExactLensError(f"lengths must be integers >= 0, got {length!r:.80}")
     kept, skipped = [], []
     for length in sorted(set(wanted)):
-        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
-            raise ExactLensError(f"lengths must be integers >= 0, got {length!r}")
         reasons = []
         try:
             construction.check_length(length, exact.model)

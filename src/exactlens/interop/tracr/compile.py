@@ -65,6 +65,19 @@ def check_max_seq_len(max_seq_len: Any) -> int:
     return max_seq_len
 
 
+def check_compile_size(max_seq_len: int, vocab_size: int) -> None:
+    """Refuse, before tracr enumerates anything, a max_seq_len whose compiled model cannot fit: a
+    program's MLP over two position-valued inputs (make_reverse's length - index) has one hidden unit
+    per pair of values, ~s^2 for s = max_seq_len + vocab, over a residual stream of ~6 s dimensions,
+    in float64 while tracr builds it: 8 * 6 s^3 bytes (measured d_model 6 s, d_mlp s^2 for reverse)."""
+    from exactlens.resources import check_memory
+
+    size = max_seq_len + vocab_size + 2
+    check_memory(48 * float(size) ** 3, f"compiling a tracr program with max_seq_len={max_seq_len} (its largest "
+                 f"MLP may have ~{size}^2 hidden units over a ~{6 * size}-dimensional residual stream)",
+                 "choose a smaller max_seq_len")
+
+
 def compile_program(
     program: Any,
     vocab: Iterable[Any],
@@ -82,6 +95,7 @@ def compile_program(
     that do not depend on what else the process built, :mod:`.program`)."""
     values = check_vocab(vocab)
     check_max_seq_len(max_seq_len)
+    check_compile_size(max_seq_len, len(values))
     for token, role in ((compiler_bos, "compiler_bos"), (compiler_pad, "compiler_pad")):
         if not isinstance(token, str) or not token:
             raise ExactLensError(f"{role} must be a non-empty string, got {token!r}")
@@ -127,6 +141,11 @@ def infer_graph(program: Any, vocab: Iterable[Any], max_seq_len: int) -> tuple[A
     jax work): (graph, sink node). What a task needs to name its classes and variables."""
     values = check_vocab(vocab)
     check_max_seq_len(max_seq_len)
+    from exactlens.resources import check_memory
+
+    size = max_seq_len + len(values) + 2  # a value set of pairs of positions: ~size^2 Python objects of ~100 bytes
+    check_memory(128 * float(size) ** 2, f"the value sets of a tracr program with max_seq_len={max_seq_len}",
+                 "choose a smaller max_seq_len")
     compiler = deps.compiler()
     try:
         extracted = compiler.rasp_to_graph.extract_rasp_graph(program)

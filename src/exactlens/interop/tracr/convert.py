@@ -82,6 +82,16 @@ def output_values(assembled: Any) -> list[Any] | None:
     return None
 
 
+def _is_assembled(obj: Any) -> bool:
+    """Whether ``obj`` is tracr's AssembledTransformerModel (its class where tracr is importable; else
+    what from_tracr reads of it)."""
+    try:
+        from tracr.compiler.assemble import AssembledTransformerModel
+    except ImportError:
+        return all(hasattr(obj, a) for a in ("params", "model_config", "residual_labels", "get_compiled_model"))
+    return isinstance(obj, AssembledTransformerModel)
+
+
 def from_tracr(model: Any, *, dtype: str = "float32", task: Any = None) -> ExactTransformer:
     """An ExactTransformer with the weights of a compiled tracr model (module docstring).
 
@@ -92,10 +102,9 @@ def from_tracr(model: Any, *, dtype: str = "float32", task: Any = None) -> Exact
     program's :class:`TracrTask`, else none."""
     compiled = model if isinstance(model, CompiledProgram) else None
     assembled = compiled.assembled if compiled is not None else model
-    for attribute in ("params", "model_config", "residual_labels", "get_compiled_model"):
-        if not hasattr(assembled, attribute):
-            raise ExactLensError("from_tracr takes a CompiledProgram or tracr's AssembledTransformerModel, got "
-                                 f"{type(model).__name__}")
+    if not _is_assembled(assembled):
+        raise ExactLensError("from_tracr takes a CompiledProgram or tracr's AssembledTransformerModel, got "
+                             f"{type(model).__name__}")
     dtype = dtype_name(dtype)
     cfg_t = assembled.model_config
     if cfg_t.layer_norm:

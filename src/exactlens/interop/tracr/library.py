@@ -107,7 +107,7 @@ def register_program(name: str, make_program: Callable[..., Any], vocab: Sequenc
     tasks.register(task_factory, name=task_name, kind=kind, min_length=1 if kind else None)
     constructions.register(Construction(
         task_name, task_name, build, PAPER, summary or f"the RASP program {name}, compiled by tracr",
-        task_params=lambda p: {"max_seq_len": p["max_seq_len"]}, tags=("tracr",),
+        task_params=lambda p: {"max_seq_len": p["max_seq_len"]}, tags=("tracr",), max_length_param="max_seq_len",
     ))
     PROGRAMS[name] = spec
     return spec

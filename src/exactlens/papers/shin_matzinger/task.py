@@ -22,21 +22,31 @@ from dataclasses import dataclass
 import torch
 
 from exactlens.errors import ExactLensError
+from exactlens.resources import check_memory
 from exactlens.tasks.base import Task
 from exactlens.tasks.variables import CausalVariable
 
 Q_KINDS = ("code", "normal")
 
 
+# Up-front size checks: q_true is [N, N] float64 and the model's attention matrices are [d, d] with
+# d = N + M (several of them, float64 while built): 5 square float64 matrices of the larger side bound both.
+SQUARE_MATRICES = 5
+
+
 def check_categories(categories: int) -> int:
     if not isinstance(categories, int) or isinstance(categories, bool) or categories < 1:
         raise ExactLensError(f"categories (N) must be an integer >= 1, got {categories!r}")
+    check_memory(SQUARE_MATRICES * 8.0 * categories**2, f"N={categories} categories ([N, N] matrices, float64)",
+                 "use fewer --categories")
     return categories
 
 
 def check_positions(positions: int) -> int:
     if not isinstance(positions, int) or isinstance(positions, bool) or positions < 2:
         raise ExactLensError(f"positions (M) must be an integer >= 2 (a pair needs two tokens), got {positions!r}")
+    check_memory(SQUARE_MATRICES * 8.0 * positions**2, f"M={positions} positions ([M, M] matrices, float64)",
+                 "use fewer --positions")
     return positions
 
 
