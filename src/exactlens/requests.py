@@ -302,6 +302,8 @@ class TextList(Kind):
 
     def check(self, name: str, value: Any) -> Any:
         if isinstance(value, str):
+            if not value.strip():
+                raise self.refuse(name, value, " (at least one)")
             value = [value]
         if not isinstance(value, (list, tuple)) or any(not isinstance(v, str) or not v.strip() for v in value):
             raise self.refuse(name, value)
