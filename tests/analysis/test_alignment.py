@@ -94,8 +94,8 @@ def test_exact_first_against_itself_and_a_rotated_copy() -> None:
         # Layer 2 moves w_1 to [CLS]; before it, nothing at the readout position depends on w_1.
         assert best["site"].startswith("blocks.1.") and best["position"] == "readout", best
         assert best["random_iia_changed"] < 0.5 and best["untrained_iia_changed"] < 0.8, best
-        early = [r for r in result["alignment"]
-                 if r["variable"] == "first symbol" and r["site"].startswith("blocks.0.")]
+        early = [r for r in result["alignment"] if r["variable"] == "first symbol"
+                 and r["site"].startswith("blocks.0.") and r["test"] == "interchange"]
         assert early and all(r["iia_changed"] == 0.0 for r in early), early
         fields = {"variable", "site", "position", "dim", "pairs", "iia", "iia_changed", "random_iia_changed",
                   "untrained_iia_changed"}
@@ -118,6 +118,11 @@ def test_model_of_another_task_scores_low() -> None:
     result = diff(one, "first", lengths=[4, 5, 6, 7, 8], **{**FAST, "alignment_pairs": 64})
     best = _task_best(result, "first symbol")
     assert best["iia_changed"] < 0.75, best  # near chance (1/2): the untrained baseline's level
+    solves = result["alignment_details"]["solves"]
+    assert not solves["solves"] and solves["accuracy"] < 0.6, solves
+    verdicts = result["summary"]["verdicts"]
+    assert verdicts and all(v["verdict"] == "model does not solve the task" for v in verdicts.values()), verdicts
+    assert all(r["verdict"] != "computed" for r in result["alignment"])
 
 
 def test_a_two_dimensional_variable_needs_two_dimensions() -> None:
@@ -163,3 +168,104 @@ def test_iia_heatmap_has_a_cell_per_variable_and_site() -> None:
     assert "rgb(100,200,100)" in html  # IIA 1.0 is full green
     assert html.count("background:#eee") == 3  # one cell without changed pairs, two sites not fit
     assert "random subspace 0" in html
+
+
+# ----------------------------------------------------------------------------- statistics and verdicts (issue 29)
+
+
+def test_wilson_interval_covers_the_true_rate() -> None:
+    """95 % Wilson intervals over simulated binomial trials cover the true rate in >= 93 % of them,
+    at every rate and size a DAS row meets (including the edges where a Wald interval fails)."""
+    from exactlens.analysis.diff.verdicts import wilson
+
+    gen = torch.Generator().manual_seed(0)
+    for n in (5, 13, 40, 200):
+        for rate in (0.02, 0.3, 0.5, 0.9, 0.99):
+            successes = torch.binomial(torch.full((2000,), float(n)), torch.full((2000,), rate), generator=gen)
+            cover = [lo <= rate <= hi for lo, hi in (wilson(int(k), n) for k in successes)]
+            assert sum(cover) / len(cover) >= 0.93, (n, rate, sum(cover) / len(cover))
+    assert wilson(0, 0) is None
+    lo, hi = wilson(62, 62)
+    assert hi == 1.0 and 0.93 < lo < 0.95  # all right on 62 pairs: [0.94, 1.00]
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and 0.27 < hi < 0.29
+
+
+def test_pairs_split_words_disjointly() -> None:
+    """No word of a test or validation pair occurs in any other split's pairs; a length with too few
+    words only trains (and says so)."""
+    from exactlens.analysis.diff.alignment import MIN_SPLIT_WORDS, make_pairs, task_variables
+    from exactlens.analysis.diff.runs import make_side, run_both
+
+    model = build("parity", dtype="float64")
+    task = tasks.of_model(model)
+    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
+    runs = run_both(task, [2, 3, 4, 6, 9], 64, 0, side, side)
+    notes: dict = {}
+    train, val, test = make_pairs(runs, task_variables(task), 64, 0, notes)
+    assert notes["training_only_lengths"] == [2, 3] and 2 ** 3 < MIN_SPLIT_WORDS <= 2 ** 4
+    for length in (4, 6, 9):
+        words = []
+        for split in (train, val, test):
+            sets = [p for p in split if p.run.length == length]
+            assert sets, length
+            words.append({tuple(p.run.ids[i].tolist()) for p in sets for i in torch.cat([p.base, p.source])})
+        assert not (words[0] & words[1]) and not (words[0] & words[2]) and not (words[1] & words[2]), length
+        for p in (x for split in (train, val, test) for x in split if x.run.length == length):
+            assert all(p.run.ids[b].tolist() != p.run.ids[s].tolist() for b, s in zip(p.base, p.source, strict=True))
+    assert {p.run.length for p in val} == {p.run.length for p in test} == {4, 6, 9}
+
+
+def _row(**changes) -> dict:
+    row = {"variable": "x", "origin": "task", "site": "blocks.0.hook_attn_out", "position": "readout", "dim": 1,
+           "iia_changed": 1.0, "iia_ci": [0.94, 1.0], "changed_pairs": 62, "do_nothing_iia": 0.0, "lift": 1.0,
+           "random_iia_changed": 0.02, "random_iia_p95": 0.05, "converged": True, "validation_iia_changed": 1.0,
+           "validation_iia": 1.0, "test": "interchange", "source_determined": 0.5}
+    row.update(changes)
+    return row
+
+
+def test_row_verdicts() -> None:
+    from exactlens.analysis.diff.verdicts import row_verdict
+
+    assert row_verdict(_row(), 0.5, True, 0.99) == "computed"
+    assert row_verdict(_row(), 0.5, False, 0.99) == "model does not solve the task"
+    assert row_verdict(_row(), 1.0, True, 0.99) == "indistinguishable from the answer"
+    assert row_verdict(_row(converged=False), 0.5, True, 0.99) == "unconverged"
+    assert row_verdict(_row(illusion={"suspected": True}), 0.5, True, 0.99) == "illusion suspected"
+    # few changed pairs: an interval too wide to lie above the random baseline
+    assert row_verdict(_row(iia_ci=[0.34, 1.0], changed_pairs=2, random_iia_changed=0.4), 0.5, True, 0.99) \
+        == "not found"
+    assert row_verdict(_row(iia_changed=0.6, iia_ci=[0.5, 0.7]), 0.5, True, 0.99) == "not found"
+    assert row_verdict(_row(iia_changed=0.6, iia_ci=[0.5, 0.7], converged=False), 0.5, True, 0.99) == "unconverged"
+    # no better than the best random subspaces
+    assert row_verdict(_row(iia_changed=0.95, random_iia_p95=1.0, random_iia_changed=0.5), 0.5, True, 0.99) \
+        == "not found"
+
+
+def test_variable_verdict_lines() -> None:
+    from exactlens.analysis.diff.verdicts import format_verdict_line, variable_verdicts
+
+    sites = ["blocks.0.hook_attn_out", "blocks.0.hook_mlp_out", "blocks.1.hook_attn_out"]
+    rows = [_row(site=sites[0], iia_changed=0.2, iia_ci=[0.1, 0.3], validation_iia_changed=0.2, verdict="not found"),
+            _row(site=sites[2], verdict="computed"),
+            # chosen on validation, not on test: the test IIA of this row is higher but its validation lower
+            _row(site=sites[1], iia_changed=1.0, validation_iia_changed=0.5, verdict="computed")]
+    v = variable_verdicts(rows, sites, "CLS")["x"]
+    assert v["verdict"] == "computed" and v["site"] == sites[2], v
+    line = format_verdict_line("first symbol", v)
+    assert line == ("first symbol: computed at blocks.1.hook_attn_out [CLS] (k=1, IIA 1.00 [0.94, 1.00], 62 changed "
+                    "pairs, lift 1.00, random p95 0.05)"), line
+    # answer-determined: no site, unless its localization test finds it before the answer reaches the readout
+    det = [_row(site=s, source_determined=1.0, verdict="indistinguishable from the answer") for s in sites]
+    v = variable_verdicts(det, sites)["x"]
+    assert v["verdict"] == "indistinguishable from the answer" and v["site"] is None, v
+    assert "no site" not in format_verdict_line("x", v) and "at blocks" not in format_verdict_line("x", v)
+    late = [_row(site=sites[0], source_determined=1.0, iia_changed=0.0, iia_ci=[0, 0.06], verdict="x"),
+            _row(site=sites[2], source_determined=1.0, verdict="x")]
+    local = _row(site=sites[1], source_determined=1.0, position="all", test="localization", verdict="computed")
+    v = variable_verdicts(late + [local], sites)["x"]
+    assert v["verdict"] == "computed" and v["site"] == sites[1] and v["position"] == "all", v
+    local_late = dict(local, site=sites[2])
+    v = variable_verdicts(late + [local_late], sites)["x"]
+    assert v["verdict"] == "indistinguishable from the answer", v

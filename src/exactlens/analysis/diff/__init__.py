@@ -250,6 +250,7 @@ def diff(
         for key in ("mean_das_iia_changed", "mean_random_iia_changed", "mean_untrained_iia_changed",
                     "mean_das_iia_changed_task"):
             summary[key] = table[key]
+        summary["verdicts"] = table.get("verdicts", {})  # issue 29: one line per variable (analysis/diff/verdicts.py)
         _progress("diff: alignment done", quiet)
     if "circuit" in parts:
         result["circuit"] = circuit_part(model, exact_model, used, strings, seed, matching, circuit_method,
