@@ -269,3 +269,94 @@ def test_variable_verdict_lines() -> None:
     local_late = dict(local, site=sites[2])
     v = variable_verdicts(late + [local_late], sites)["x"]
     assert v["verdict"] == "indistinguishable from the answer", v
+
+
+# ----------------------------------------------------------------------------- the illusion check (issue 29)
+
+
+def _planted_pairs():
+    from planted import first_with_dormant_copy
+
+    from exactlens.analysis.diff.alignment import make_pairs, task_variables
+    from exactlens.analysis.diff.runs import make_side, run_both
+
+    model = first_with_dormant_copy()
+    task = tasks.of_model(model)
+    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
+    runs = run_both(task, [5, 6, 7], 64, 0, side, side)
+    return model, task, side, make_pairs(runs, task_variables(task), 96, 0)
+
+
+def test_planted_dormant_and_disconnected_directions_are_an_illusion() -> None:
+    """FIRST with a dormant copy head: at [CLS] after the first attention layer, Q = (w_1 copy + s)/sqrt 2
+    swaps the answer on every changed pair, though the copy is read by nothing and s does not vary
+    there; each part alone does nothing, so the check flags it. The AND at the first FFN's output (every
+    position) is found by either part: not flagged."""
+    from exactlens.analysis.diff import illusion
+    from exactlens.analysis.diff.alignment import Fit, Patcher, _acts, score_group
+
+    model, task, side, (train, _, test) = _planted_pairs()
+    labels = list(model.cfg.residual_labels)
+    d = model.cfg.d_model
+    cases = [("blocks.0.hook_attn_out", "readout", [labels.index("w_1 copy"), labels.index("s")], True),
+             ("blocks.0.hook_mlp_out", "all", [labels.index("I[w_i=1 & i=1]")], False)]
+    for site, positions, dims, planted in cases:
+        q = torch.zeros(d, 1, dtype=torch.float64)
+        q[dims, 0] = 1.0 / len(dims) ** 0.5
+        projector = (q @ q.T).unsqueeze(0)
+        fit = Fit(0, 1, positions)
+        cache: dict = {}
+        full = score_group(task, side, site, [fit], test, projector, cache)[0]
+        assert full["iia_changed"] == 1.0 and full["changed_units"] >= 25, full
+        patcher = Patcher(side, site)
+        acts = []
+        for pset in train:
+            site_acts = _acts(patcher, pset, cache)[0]["site"]
+            acts.append(site_acts[:, :1] if positions == "readout" else site_acts)
+        vary, read = illusion.varying_basis(acts), illusion.read_basis(model, site)
+        parts = score_group(task, side, site, [fit, fit], test,
+                            illusion.split_projectors(projector[0], vary, read), cache)
+        check = illusion.verdict(full["iia_changed"], parts[0]["iia_changed"], parts[1]["iia_changed"], 0.9)
+        assert check["suspected"] is planted, (site, check)
+        if planted:
+            assert check["iia_varying_part"] == 0.0 and check["iia_read_part"] == 0.0, check
+
+
+def test_read_basis_follows_the_weights() -> None:
+    from planted import first_with_dormant_copy
+
+    from exactlens.analysis.diff import illusion
+
+    model = first_with_dormant_copy()
+    labels = list(model.cfg.residual_labels)
+    copy, s = labels.index("w_1 copy"), labels.index("s")
+    for site in ("blocks.0.hook_attn_out", "blocks.1.hook_resid_post"):
+        read = illusion.read_basis(model, site)
+        assert float(read[copy].norm()) < 1e-9, site  # nothing reads the copy
+        assert abs(float(read[s].norm()) - 1.0) < 1e-9, site  # the unembedding reads s
+    ln = build("first-ln", dtype="float64")
+    read = illusion.read_basis(ln, "blocks.0.hook_attn_out")  # a norm downstream reads every centred direction
+    assert torch.allclose(read @ torch.ones(ln.cfg.d_model, dtype=torch.float64),
+                          torch.zeros(ln.cfg.d_model, dtype=torch.float64), atol=1e-12)
+
+
+@pytest.mark.slow
+def test_planted_illusion_is_flagged_in_the_diff() -> None:
+    """The whole diff of the planted model against `first`: every first-layer row at [CLS] that scores
+    like a finding is "illusion suspected" (plain `first` has no such row), and no variable's line
+    claims a first-layer site at [CLS]."""
+    from planted import first_with_dormant_copy
+
+    kwargs = dict(lengths=[4, 5, 6, 7], parts=("alignment",), das_max_dim=1, das_steps=60, alignment_pairs=48,
+                  untrained_baseline=False)
+    result = diff(first_with_dormant_copy(), "first", **kwargs)
+    early = [r for r in result["alignment"] if r["site"].startswith("blocks.0.") and r["position"] == "readout"
+             and (r["iia_changed"] or 0) >= 0.9]
+    assert len(early) >= 3, [(r["variable"], r["site"], r["iia_changed"]) for r in result["alignment"]]
+    assert all(r["verdict"] == "illusion suspected" for r in early), early
+    for v in result["summary"]["verdicts"].values():
+        assert not (v["site"] or "").startswith("blocks.0.") or v["position"] == "all", v
+    plain = diff("first", "first", **kwargs)
+    assert not [r for r in plain["alignment"] if r["site"].startswith("blocks.0.") and r["position"] == "readout"
+                and (r["iia_changed"] or 0) >= 0.9]
+    assert all(r["verdict"] != "illusion suspected" for r in plain["alignment"])
