@@ -188,10 +188,35 @@ def make_pairs(runs: list[LengthRun], variables: list[HighLevel], pairs: int, se
             b, s = torch.as_tensor(pool[base_u]), torch.as_tensor(pool[source_u])
             part.append(PairSet(run, b, s, [v.counterfactual(run, b, s) for v in variables],
                                 [v.base_answer(run, b) for v in variables]))
+    word_disjoint = bool(splits[1] and splits[2])
+    if not word_disjoint:  # no length has words to spare: split the pairs instead (words then recur), and say so
+        splits = _pairs_split(runs, variables, pairs, rng)
+        training_only = []
     if notes is not None:
         notes["training_only_lengths"] = training_only
         notes["min_split_words"] = MIN_SPLIT_WORDS
-        notes["word_disjoint"] = True
+        notes["word_disjoint"] = word_disjoint
+        if not word_disjoint:
+            notes["note"] = (f"no length has {MIN_SPLIT_WORDS} distinct words: pairs are split 60/20/20 and test "
+                             "pairs may share words with training pairs")
+    return splits
+
+
+def _pairs_split(runs: list[LengthRun], variables: list[HighLevel], pairs: int, rng: np.random.Generator
+                 ) -> tuple[list[PairSet], list[PairSet], list[PairSet]]:
+    splits: tuple[list[PairSet], list[PairSet], list[PairSet]] = ([], [], [])
+    for run in runs:
+        count = run.tokens.shape[0]
+        if count < 2:
+            continue
+        base = rng.integers(0, count, size=pairs)
+        source = (base + rng.integers(1, count, size=pairs)) % count
+        cuts = np.cumsum([int(round(f * pairs)) for f in SPLIT[:-1]])
+        for part, (lo, hi) in zip(splits, ((0, cuts[0]), (cuts[0], cuts[1]), (cuts[1], pairs)), strict=True):
+            if hi > lo:
+                b, s = torch.as_tensor(base[lo:hi]), torch.as_tensor(source[lo:hi])
+                part.append(PairSet(run, b, s, [v.counterfactual(run, b, s) for v in variables],
+                                    [v.base_answer(run, b) for v in variables]))
     return splits
 
 
@@ -334,14 +359,21 @@ def _acts(patcher: Patcher, pset: PairSet, cache: dict) -> tuple[dict[str, torch
 
 
 def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: list[PairSet],
-              settings: Settings, generator: torch.Generator, cache: dict | None = None) -> torch.Tensor:
-    """Fit one subspace per fit (all at one site, trained together); returns the projectors [F, d, d]."""
+              settings: Settings, generator: torch.Generator, cache: dict | None = None,
+              init: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """Fit one subspace per fit (all at one site, trained together); returns the projectors [F, d, d].
+    ``init``: per variable index, a known direction [d] the first basis vector starts from (the rest
+    random)."""
     patcher = Patcher(side, site)
     d = side.d_model
     dtype = patcher.dtype
     kmax = max(f.dim for f in fits)
     dims = torch.tensor([f.dim for f in fits])
-    weights = torch.randn(len(fits), d, kmax, generator=generator, dtype=dtype).requires_grad_(True)
+    weights = torch.randn(len(fits), d, kmax, generator=generator, dtype=dtype)
+    for f, fit in enumerate(fits):
+        if init and fit.variable in init:
+            weights[f, :, 0] = init[fit.variable].to(dtype) * 10.0
+    weights.requires_grad_(True)
     optimizer = torch.optim.Adam([weights], lr=settings.lr)
     cache = {} if cache is None else cache
     frozen = [p for p in side.model.parameters() if p.requires_grad]
@@ -484,13 +516,14 @@ def alignment_table(
     extra = [(i, "all") for i, v in enumerate(variables)
              if determined[i] >= DETERMINED and localizable(v) and base_cells[i][1] != "all"]
     solves = verdicts.solves_task(task, runs, trained, units)
+    known = known_directions(trained, variables)
     rows: list[dict[str, Any]] = []
     for g, site in enumerate(bar(sites, desc="DAS sites", unit="site")):
         component = site.endswith(COMPONENT_SITES)
         cells = base_cells + (extra if component else [])
         fits = [Fit(i, k, pos) for i, pos in cells for k in range(1, max_dim + 1)]
         cache: dict = {}  # the site's activations of every pair set, shared by the fit and the scores
-        projector = fit_group(task, trained, site, fits, train, settings, gen, cache)
+        projector = fit_group(task, trained, site, fits, train, settings, gen, cache, known)
         val_scores = score_group(task, trained, site, fits, val, projector, cache)
         chosen = []
         for i, pos in cells:
@@ -543,6 +576,7 @@ def alignment_table(
                 "validation_iia": val_scores[index[dim]]["iia"],
                 "validation_iia_changed": val_scores[index[dim]]["iia_changed"],
                 "validation_iia_by_dim": {str(k): val for k, val in by_dim.items()},
+                "init": "known direction" if i in known else "random",
             }
             # the localization test of an answer-determined variable: every position of a component output
             row["source_determined"] = determined[i]
@@ -560,6 +594,21 @@ def alignment_table(
     return {"rows": rows, "skipped": skipped, "sites": sites, "variables": _describe(variables, determined),
             "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
             "verdicts": verdicts.variable_verdicts(rows, sites, readout), **summarize(rows, variables, sites)}
+
+
+def known_directions(side: Side, variables: list[HighLevel]) -> dict[int, torch.Tensor]:
+    """Where the trained side is itself an exact construction that names its residual dimensions (a
+    self-diff), each exact label's own dimension: the fit of that label starts from it."""
+    labels = getattr(side.model.cfg, "residual_labels", None) if side.exact else None
+    if not labels:
+        return {}
+    out = {}
+    for i, v in enumerate(variables):
+        if v.origin == "exact" and v.name in labels and list(labels).count(v.name) == 1:
+            direction = torch.zeros(side.d_model, dtype=torch.float64)
+            direction[list(labels).index(v.name)] = 1.0
+            out[i] = direction
+    return out
 
 
 def check_illusions(task: tasks.Task, side: Side, site: str, fits: list[Fit], projector: torch.Tensor,
