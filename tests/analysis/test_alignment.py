@@ -98,8 +98,18 @@ def test_exact_first_against_itself_and_a_rotated_copy() -> None:
                  and r["site"].startswith("blocks.0.") and r["test"] == "interchange"]
         assert early and all(r["iia_changed"] == 0.0 for r in early), early
         fields = {"variable", "site", "position", "dim", "pairs", "iia", "iia_changed", "random_iia_changed",
-                  "untrained_iia_changed"}
+                  "untrained_iia_changed", "changed_pairs", "iia_ci", "do_nothing_iia", "lift", "random_iia_p95",
+                  "training_iia_changed", "converged", "verdict"}
         assert all(fields <= set(r) for r in result["alignment"])
+        # every FIRST variable is the answer itself at [CLS]; the first symbol and the AND are localized
+        # apart from it where the exact circuit computes them (the first FFN's output, every position),
+        # s (held only at [CLS]) is not
+        verdicts = result["summary"]["verdicts"]
+        for name in ("first symbol", "I[w_i=1 & i=1]"):
+            v = verdicts[name]
+            assert v["verdict"] == "computed" and v["site"] == "blocks.0.hook_mlp_out" and v["position"] == "all", v
+            assert v["iia"] >= 0.95 and v["iia_ci"][0] > 0.75 and v["changed_pairs"] >= 10, v
+        assert verdicts["s"]["verdict"] == "indistinguishable from the answer" and verdicts["s"]["site"] is None
 
 
 def test_untrained_model_scores_low() -> None:

@@ -220,6 +220,8 @@ def format_verdict_line(variable: str, v: dict[str, Any]) -> str:
     numbers = (f"IIA {_f(v.get('iia'))}{interval}, {v.get('changed_pairs', 0)} changed pairs, "
                f"lift {_f(v.get('lift'))}, random p95 {_f(v.get('random_iia_p95'))}")
     verdict = v["verdict"]
+    if not v.get("changed_pairs"):
+        return f"{variable}: {verdict} (no test pair changes the answer through it: untestable on these pairs)"
     if v.get("site") is None:
         where = " (best anywhere: " if verdict == "indistinguishable from the answer" else " ("
         return f"{variable}: {verdict}{where}{numbers})"
