@@ -94,12 +94,22 @@ def test_exact_first_against_itself_and_a_rotated_copy() -> None:
         # Layer 2 moves w_1 to [CLS]; before it, nothing at the readout position depends on w_1.
         assert best["site"].startswith("blocks.1.") and best["position"] == "readout", best
         assert best["random_iia_changed"] < 0.5 and best["untrained_iia_changed"] < 0.8, best
-        early = [r for r in result["alignment"]
-                 if r["variable"] == "first symbol" and r["site"].startswith("blocks.0.")]
+        early = [r for r in result["alignment"] if r["variable"] == "first symbol"
+                 and r["site"].startswith("blocks.0.") and r["test"] == "interchange"]
         assert early and all(r["iia_changed"] == 0.0 for r in early), early
         fields = {"variable", "site", "position", "dim", "pairs", "iia", "iia_changed", "random_iia_changed",
-                  "untrained_iia_changed"}
+                  "untrained_iia_changed", "changed_pairs", "iia_ci", "do_nothing_iia", "lift", "random_iia_p95",
+                  "training_iia_changed", "converged", "verdict"}
         assert all(fields <= set(r) for r in result["alignment"])
+        # every FIRST variable is the answer itself at [CLS]; the first symbol and the AND are localized
+        # apart from it where the exact circuit computes them (the first FFN's output, every position),
+        # s (held only at [CLS]) is not
+        verdicts = result["summary"]["verdicts"]
+        for name in ("first symbol", "I[w_i=1 & i=1]"):
+            v = verdicts[name]
+            assert v["verdict"] == "computed" and v["site"] == "blocks.0.hook_mlp_out" and v["position"] == "all", v
+            assert v["iia"] >= 0.95 and v["iia_ci"][0] > 0.75 and v["changed_pairs"] >= 10, v
+        assert verdicts["s"]["verdict"] == "indistinguishable from the answer" and verdicts["s"]["site"] is None
 
 
 def test_untrained_model_scores_low() -> None:
@@ -118,6 +128,11 @@ def test_model_of_another_task_scores_low() -> None:
     result = diff(one, "first", lengths=[4, 5, 6, 7, 8], **{**FAST, "alignment_pairs": 64})
     best = _task_best(result, "first symbol")
     assert best["iia_changed"] < 0.75, best  # near chance (1/2): the untrained baseline's level
+    solves = result["alignment_details"]["solves"]
+    assert not solves["solves"] and solves["accuracy"] < 0.6, solves
+    verdicts = result["summary"]["verdicts"]
+    assert verdicts and all(v["verdict"] == "model does not solve the task" for v in verdicts.values()), verdicts
+    assert all(r["verdict"] != "computed" for r in result["alignment"])
 
 
 def test_a_two_dimensional_variable_needs_two_dimensions() -> None:
@@ -163,3 +178,195 @@ def test_iia_heatmap_has_a_cell_per_variable_and_site() -> None:
     assert "rgb(100,200,100)" in html  # IIA 1.0 is full green
     assert html.count("background:#eee") == 3  # one cell without changed pairs, two sites not fit
     assert "random subspace 0" in html
+
+
+# ----------------------------------------------------------------------------- statistics and verdicts (issue 29)
+
+
+def test_wilson_interval_covers_the_true_rate() -> None:
+    """95 % Wilson intervals over simulated binomial trials cover the true rate in >= 93 % of them,
+    at every rate and size a DAS row meets (including the edges where a Wald interval fails)."""
+    from exactlens.analysis.diff.verdicts import wilson
+
+    gen = torch.Generator().manual_seed(0)
+    for n in (5, 13, 40, 200):
+        for rate in (0.02, 0.3, 0.5, 0.9, 0.99):
+            successes = torch.binomial(torch.full((2000,), float(n)), torch.full((2000,), rate), generator=gen)
+            cover = [lo <= rate <= hi for lo, hi in (wilson(int(k), n) for k in successes)]
+            assert sum(cover) / len(cover) >= 0.93, (n, rate, sum(cover) / len(cover))
+    assert wilson(0, 0) is None
+    lo, hi = wilson(62, 62)
+    assert hi == 1.0 and 0.93 < lo < 0.95  # all right on 62 pairs: [0.94, 1.00]
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and 0.27 < hi < 0.29
+
+
+def test_pairs_split_words_disjointly() -> None:
+    """No word of a test or validation pair occurs in any other split's pairs; a length with too few
+    words only trains (and says so)."""
+    from exactlens.analysis.diff.alignment import MIN_SPLIT_WORDS, make_pairs, task_variables
+    from exactlens.analysis.diff.runs import make_side, run_both
+
+    model = build("parity", dtype="float64")
+    task = tasks.of_model(model)
+    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
+    runs = run_both(task, [2, 3, 4, 6, 9], 64, 0, side, side)
+    notes: dict = {}
+    train, val, test = make_pairs(runs, task_variables(task), 64, 0, notes)
+    assert notes["training_only_lengths"] == [2, 3] and 2 ** 3 < MIN_SPLIT_WORDS <= 2 ** 4
+    for length in (4, 6, 9):
+        words = []
+        for split in (train, val, test):
+            sets = [p for p in split if p.run.length == length]
+            assert sets, length
+            words.append({tuple(p.run.ids[i].tolist()) for p in sets for i in torch.cat([p.base, p.source])})
+        assert not (words[0] & words[1]) and not (words[0] & words[2]) and not (words[1] & words[2]), length
+        for p in (x for split in (train, val, test) for x in split if x.run.length == length):
+            assert all(p.run.ids[b].tolist() != p.run.ids[s].tolist() for b, s in zip(p.base, p.source, strict=True))
+    assert {p.run.length for p in val} == {p.run.length for p in test} == {4, 6, 9}
+
+
+def _row(**changes) -> dict:
+    row = {"variable": "x", "origin": "task", "site": "blocks.0.hook_attn_out", "position": "readout", "dim": 1,
+           "iia_changed": 1.0, "iia_ci": [0.94, 1.0], "changed_pairs": 62, "do_nothing_iia": 0.0, "lift": 1.0,
+           "random_iia_changed": 0.02, "random_iia_p95": 0.05, "converged": True, "validation_iia_changed": 1.0,
+           "validation_iia": 1.0, "test": "interchange", "source_determined": 0.5}
+    row.update(changes)
+    return row
+
+
+def test_row_verdicts() -> None:
+    from exactlens.analysis.diff.verdicts import row_verdict
+
+    assert row_verdict(_row(), 0.5, True, 0.99) == "computed"
+    assert row_verdict(_row(), 0.5, False, 0.99) == "model does not solve the task"
+    assert row_verdict(_row(), 1.0, True, 0.99) == "indistinguishable from the answer"
+    assert row_verdict(_row(converged=False), 0.5, True, 0.99) == "unconverged"
+    assert row_verdict(_row(illusion={"suspected": True}), 0.5, True, 0.99) == "illusion suspected"
+    # few changed pairs: an interval too wide to lie above the random baseline
+    assert row_verdict(_row(iia_ci=[0.34, 1.0], changed_pairs=2, random_iia_changed=0.4), 0.5, True, 0.99) \
+        == "not found"
+    assert row_verdict(_row(iia_changed=0.6, iia_ci=[0.5, 0.7]), 0.5, True, 0.99) == "not found"
+    assert row_verdict(_row(iia_changed=0.6, iia_ci=[0.5, 0.7], converged=False), 0.5, True, 0.99) == "unconverged"
+    # no better than the best random subspaces
+    assert row_verdict(_row(iia_changed=0.95, random_iia_p95=1.0, random_iia_changed=0.5), 0.5, True, 0.99) \
+        == "not found"
+
+
+def test_variable_verdict_lines() -> None:
+    from exactlens.analysis.diff.verdicts import format_verdict_line, variable_verdicts
+
+    sites = ["blocks.0.hook_attn_out", "blocks.0.hook_mlp_out", "blocks.1.hook_attn_out"]
+    rows = [_row(site=sites[0], iia_changed=0.2, iia_ci=[0.1, 0.3], validation_iia_changed=0.2, verdict="not found"),
+            _row(site=sites[2], verdict="computed"),
+            # chosen on validation, not on test: the test IIA of this row is higher but its validation lower
+            _row(site=sites[1], iia_changed=1.0, validation_iia_changed=0.5, verdict="computed")]
+    v = variable_verdicts(rows, sites, "CLS")["x"]
+    assert v["verdict"] == "computed" and v["site"] == sites[2], v
+    line = format_verdict_line("first symbol", v)
+    assert line == ("first symbol: computed at blocks.1.hook_attn_out [CLS] (k=1, IIA 1.00 [0.94, 1.00], 62 changed "
+                    "pairs, lift 1.00, random p95 0.05)"), line
+    # answer-determined: no site, unless its localization test finds it before the answer reaches the readout
+    det = [_row(site=s, source_determined=1.0, verdict="indistinguishable from the answer") for s in sites]
+    v = variable_verdicts(det, sites)["x"]
+    assert v["verdict"] == "indistinguishable from the answer" and v["site"] is None, v
+    assert "no site" not in format_verdict_line("x", v) and "at blocks" not in format_verdict_line("x", v)
+    late = [_row(site=sites[0], source_determined=1.0, iia_changed=0.0, iia_ci=[0, 0.06], verdict="x"),
+            _row(site=sites[2], source_determined=1.0, verdict="x")]
+    local = _row(site=sites[1], source_determined=1.0, position="all", test="localization", verdict="computed")
+    v = variable_verdicts(late + [local], sites)["x"]
+    assert v["verdict"] == "computed" and v["site"] == sites[1] and v["position"] == "all", v
+    local_late = dict(local, site=sites[2])
+    v = variable_verdicts(late + [local_late], sites)["x"]
+    assert v["verdict"] == "indistinguishable from the answer", v
+
+
+# ----------------------------------------------------------------------------- the illusion check (issue 29)
+
+
+def _planted_pairs():
+    from planted import first_with_dormant_copy
+
+    from exactlens.analysis.diff.alignment import make_pairs, task_variables
+    from exactlens.analysis.diff.runs import make_side, run_both
+
+    model = first_with_dormant_copy()
+    task = tasks.of_model(model)
+    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
+    runs = run_both(task, [5, 6, 7], 64, 0, side, side)
+    return model, task, side, make_pairs(runs, task_variables(task), 96, 0)
+
+
+def test_planted_dormant_and_disconnected_directions_are_an_illusion() -> None:
+    """FIRST with a dormant copy head: at [CLS] after the first attention layer, Q = (w_1 copy + s)/sqrt 2
+    swaps the answer on every changed pair, though the copy is read by nothing and s does not vary
+    there; each part alone does nothing, so the check flags it. The AND at the first FFN's output (every
+    position) is found by either part: not flagged."""
+    from exactlens.analysis.diff import illusion
+    from exactlens.analysis.diff.alignment import Fit, Patcher, _acts, score_group
+
+    model, task, side, (train, _, test) = _planted_pairs()
+    labels = list(model.cfg.residual_labels)
+    d = model.cfg.d_model
+    cases = [("blocks.0.hook_attn_out", "readout", [labels.index("w_1 copy"), labels.index("s")], True),
+             ("blocks.0.hook_mlp_out", "all", [labels.index("I[w_i=1 & i=1]")], False)]
+    for site, positions, dims, planted in cases:
+        q = torch.zeros(d, 1, dtype=torch.float64)
+        q[dims, 0] = 1.0 / len(dims) ** 0.5
+        projector = (q @ q.T).unsqueeze(0)
+        fit = Fit(0, 1, positions)
+        cache: dict = {}
+        full = score_group(task, side, site, [fit], test, projector, cache)[0]
+        assert full["iia_changed"] == 1.0 and full["changed_units"] >= 25, full
+        patcher = Patcher(side, site)
+        acts = []
+        for pset in train:
+            site_acts = _acts(patcher, pset, cache)[0]["site"]
+            acts.append(site_acts[:, :1] if positions == "readout" else site_acts)
+        vary, read = illusion.varying_basis(acts), illusion.read_basis(model, site)
+        parts = score_group(task, side, site, [fit, fit], test,
+                            illusion.split_projectors(projector[0], vary, read), cache)
+        check = illusion.verdict(full["iia_changed"], parts[0]["iia_changed"], parts[1]["iia_changed"], 0.9)
+        assert check["suspected"] is planted, (site, check)
+        if planted:
+            assert check["iia_varying_part"] == 0.0 and check["iia_read_part"] == 0.0, check
+
+
+def test_read_basis_follows_the_weights() -> None:
+    from planted import first_with_dormant_copy
+
+    from exactlens.analysis.diff import illusion
+
+    model = first_with_dormant_copy()
+    labels = list(model.cfg.residual_labels)
+    copy, s = labels.index("w_1 copy"), labels.index("s")
+    for site in ("blocks.0.hook_attn_out", "blocks.1.hook_resid_post"):
+        read = illusion.read_basis(model, site)
+        assert float(read[copy].norm()) < 1e-9, site  # nothing reads the copy
+        assert abs(float(read[s].norm()) - 1.0) < 1e-9, site  # the unembedding reads s
+    ln = build("first-ln", dtype="float64")
+    read = illusion.read_basis(ln, "blocks.0.hook_attn_out")  # a norm downstream reads every centred direction
+    assert torch.allclose(read @ torch.ones(ln.cfg.d_model, dtype=torch.float64),
+                          torch.zeros(ln.cfg.d_model, dtype=torch.float64), atol=1e-12)
+
+
+@pytest.mark.slow
+def test_planted_illusion_is_flagged_in_the_diff() -> None:
+    """The whole diff of the planted model against `first`: every first-layer row at [CLS] that scores
+    like a finding is "illusion suspected" (plain `first` has no such row), and no variable's line
+    claims a first-layer site at [CLS]."""
+    from planted import first_with_dormant_copy
+
+    kwargs = dict(lengths=[4, 5, 6, 7], parts=("alignment",), das_max_dim=1, das_steps=60, alignment_pairs=48,
+                  untrained_baseline=False)
+    result = diff(first_with_dormant_copy(), "first", **kwargs)
+    early = [r for r in result["alignment"] if r["site"].startswith("blocks.0.") and r["position"] == "readout"
+             and (r["iia_changed"] or 0) >= 0.9]
+    assert len(early) >= 3, [(r["variable"], r["site"], r["iia_changed"]) for r in result["alignment"]]
+    assert all(r["verdict"] == "illusion suspected" for r in early), early
+    for v in result["summary"]["verdicts"].values():
+        assert not (v["site"] or "").startswith("blocks.0.") or v["position"] == "all", v
+    plain = diff("first", "first", **kwargs)
+    assert not [r for r in plain["alignment"] if r["site"].startswith("blocks.0.") and r["position"] == "readout"
+                and (r["iia_changed"] or 0) >= 0.9]
+    assert all(r["verdict"] != "illusion suspected" for r in plain["alignment"])

@@ -86,13 +86,10 @@ def format_diff_text(result: dict[str, Any]) -> str:
                 f"  intervention {f['label']} at {f['trained_site']}: IIA {_num(f['iia'])}, "
                 f"on changed pairs {_num(f['iia_changed'])}"
             )
-    if "alignment" in result:
-        lines.append("  DAS: variable              best site (positions, dim)             "
-                     "IIA changed  random  untrained")
-        for b in result["alignment_details"].get("best", []):
-            where = f"{b['site']} ({b['position']}, {b['dim']})"
-            lines.append(f"  {b['origin'] + ':' + b['variable']:26s} {where:38s} {_num(b['iia_changed']):>11s}  "
-                         f"{_num(b['random_iia_changed']):>6s}  {_num(b['untrained_iia_changed']):>9s}")
+    if "alignment" in result:  # one verdict line per variable (analysis/diff/verdicts.py)
+        from exactlens.analysis.diff.verdicts import verdict_lines
+
+        lines += verdict_lines(result)
     c = result.get("circuit")
     if c is not None and not c["available"]:
         lines.append(f"  circuit: not compared ({c['reason']})")
@@ -108,8 +105,10 @@ def format_diff_text(result: dict[str, Any]) -> str:
 
 
 def headline(data: dict[str, Any]) -> list[tuple[str, Any]]:
+    summary = data["summary"]
+    verdicts = [(variable, v.get("verdict")) for variable, v in (summary.get("verdicts") or {}).items()]
     return ([("against", data["exact"]["name"]), ("lengths", len(data["settings"]["lengths"]))]
-            + [(k, v) for k, v in data["summary"].items() if v is not None])
+            + [(k, v) for k, v in summary.items() if v is not None and k != "verdicts"] + verdicts)
 
 
 def plot(result: Result) -> Any:

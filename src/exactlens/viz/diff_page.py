@@ -74,30 +74,49 @@ def probe_heatmap(probes: dict[str, Any]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+VERDICT_MARKS = {"computed": "✓ computed", "not found": "not found", "indistinguishable from the answer": "= answer",
+                 "illusion suspected": "⚠ illusion", "unconverged": "unconverged",
+                 "model does not solve the task": "task unsolved"}
+
+
+def _ci(ci: Any) -> str:
+    return "–" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
 def iia_heatmap(rows: list[dict[str, Any]], sites: list[str]) -> str:
-    """Variables x sites: DAS IIA on held-out pairs whose answer changes (the chosen dimension and the
-    random-subspace baseline in each cell's tooltip; grey where no pair changes or the site was not fit)."""
-    variables: list[tuple[str, str]] = []
-    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    """Variables x sites: DAS IIA on held-out pairs whose answer changes, each cell with its verdict
+    and the 95 % interval (the chosen dimension, the changed pairs, the random-subspace mean and p95
+    and the untrained baseline in the tooltip; grey where no pair changes or the site was not fit).
+    An answer-determined variable's localization test (every position of a component output) is a
+    row of its own."""
+    variables: list[tuple[str, str, str]] = []
+    cells: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in rows:
-        key = (r["variable"], r["origin"])
+        key = (r["variable"], r["origin"], r.get("test", "interchange"))
         if key not in variables:
             variables.append(key)
-        cells[(r["variable"], r["site"])] = r
+        cells[(r["variable"], r.get("test", "interchange"), r["site"])] = r
     head = "<th>variable</th><th>from</th>" + "".join(f"<th><code>{_e(s)}</code></th>" for s in sites)
     body = []
-    for name, origin in variables:
+    for name, origin, test in variables:
         tds = []
         for site in sites:
-            r = cells.get((name, site))
+            r = cells.get((name, test, site))
             if r is None:
                 tds.append('<td style="background:#eee">-</td>')
                 continue
-            tip = (f"{r['position']} positions, dim {r['dim']}, {r['pairs']} pairs; random subspace "
-                   f"{_n(r['random_iia_changed'])}, untrained {_n(r['untrained_iia_changed'])}")
+            verdict = r.get("verdict")
+            tip = (f"{verdict or ''}; IIA {_n(r['iia_changed'])} {_ci(r.get('iia_ci'))} on "
+                   f"{r.get('changed_pairs', '-')} changed pairs; {r['position']} positions, dim {r['dim']}, "
+                   f"{r['pairs']} pairs; lift {_n(r.get('lift'))}; random subspace {_n(r['random_iia_changed'])} "
+                   f"(p95 {_n(r.get('random_iia_p95'))}), untrained {_n(r['untrained_iia_changed'])}; training IIA "
+                   f"{_n(r.get('training_iia_changed'))}")
+            mark = f"<br><small>{_e(VERDICT_MARKS.get(verdict, verdict))}</small>" if verdict else ""
             tds.append(f'<td style="background:{_heat(r["iia_changed"])}" title="{_e(tip)}">'
-                       f'{_n(r["iia_changed"])}<br><small>k={r["dim"]}</small></td>')
-        body.append(f"<tr><td class=l>{_e(name)}</td><td class=l>{_e(origin)}</td>{''.join(tds)}</tr>")
+                       f'{_n(r["iia_changed"])}<br><small>{_e(_ci(r.get("iia_ci")))} k={r["dim"]}</small>'
+                       f'{mark}</td>')
+        label = name if test != "localization" else f"{name} (every position)"
+        body.append(f"<tr><td class=l>{_e(label)}</td><td class=l>{_e(origin)}</td>{''.join(tds)}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
@@ -183,8 +202,9 @@ def diff_html(result: dict[str, Any], views: tuple[str, str] | None = None) -> s
         ]
     if result.get("alignment"):
         details = result.get("alignment_details", {})
-        best = [[b["variable"], b["site"], b["position"], b["dim"], b["iia_changed"], b["random_iia_changed"],
-                 b["untrained_iia_changed"]] for b in details.get("best", [])]
+        best = [[name, v["verdict"], v["site"] or "(no site claimed)", v["position"] or "–", v["dim"], v["iia"],
+                 _ci(v["iia_ci"]), v["changed_pairs"], v["lift"], v["random_iia_p95"]]
+                for name, v in details.get("verdicts", {}).items()]
         parts += [
             "<h3>Causal alignment (DAS): interchange-intervention accuracy per variable and site</h3>",
             "<p>Row: a causal variable of the task or a residual label of the exact model. Column: a hook site "
@@ -194,9 +214,12 @@ def diff_html(result: dict[str, Any], views: tuple[str, str] | None = None) -> s
             "<em>uses</em> the variable there; compare with the probe map above, which says only where it is "
             "readable.</p>",
             iia_heatmap(result["alignment"], details.get("sites") or sorted({r["site"] for r in result["alignment"]})),
-            "<p>Best site per variable, with the same run's baselines (a random subspace of the same "
-            "dimension; the same search on an untrained model of the same shape):</p>",
-            _table(["variable", "site", "positions", "k", "IIA (changed)", "random", "untrained"], best, 3),
+            "<p>One verdict per variable (docs/diff.md, \"How to read the alignment\"): its best site chosen on "
+            "validation pairs, the IIA on held-out test pairs that the patch has to change (the counterfactual "
+            "differs from the model's own decision) with its 95 % Wilson interval, the lift over not patching "
+            "and the 95th percentile of 20 random subspaces of the same dimension:</p>",
+            _table(["variable", "verdict", "site", "positions", "k", "IIA (changed)", "95 % interval", "changed pairs",
+                    "lift", "random p95"], best, 4),
         ]
     if "circuit" in result:
         parts.append(circuit_html(result["circuit"]))

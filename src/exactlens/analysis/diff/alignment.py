@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from exactlens import tasks
+from exactlens.analysis.diff import illusion, verdicts
 from exactlens.analysis.diff.interventions import _patched_outputs
 from exactlens.analysis.diff.runs import LengthRun, Side
 from exactlens.devices import device_of
@@ -142,41 +143,102 @@ def exact_variables(exact: Side, features: list[dict[str, Any]]) -> tuple[list[H
 # ----------------------------------------------------------------------------- pairs and scoring
 
 
-def make_pairs(runs: list[LengthRun], variables: list[HighLevel], pairs: int, seed: int
-               ) -> tuple[list[PairSet], list[PairSet], list[PairSet]]:
-    """Per length: ``pairs`` (base, source) pairs of distinct words, split train / validation / test."""
+MIN_SPLIT_WORDS = 10  # distinct words a length needs to give validation and test words of its own
+
+
+def split_words(run: LengthRun, rng: np.random.Generator) -> list[np.ndarray] | None:
+    """Per split (train, validation, test), the indices of one occurrence of each distinct word given
+    to it; the three sets of words are disjoint. None where the length has fewer than MIN_SPLIT_WORDS
+    distinct words (its pairs then only train)."""
+    _, first = np.unique(run.ids.numpy(), axis=0, return_index=True)
+    first = np.sort(first)
+    if len(first) < MIN_SPLIT_WORDS:
+        return None
+    order = rng.permutation(first)
+    n_val = n_test = max(2, int(round(SPLIT[2] * len(order))))
+    return [order[n_val + n_test:], order[:n_val], order[n_val:n_val + n_test]]
+
+
+def make_pairs(runs: list[LengthRun], variables: list[HighLevel], pairs: int, seed: int,
+               notes: dict[str, Any] | None = None) -> tuple[list[PairSet], list[PairSet], list[PairSet]]:
+    """Per length: ``pairs`` (base, source) pairs of distinct words, split train / validation / test
+    60/20/20 so that no word of a test (or validation) pair is in any other split's pairs. A length
+    with fewer than MIN_SPLIT_WORDS distinct words gives training pairs only (listed in
+    ``notes["training_only_lengths"]``); validation and test pool the other lengths."""
     rng = np.random.default_rng(seed + 7)
+    splits: tuple[list[PairSet], list[PairSet], list[PairSet]] = ([], [], [])
+    training_only = []
+    counts = [int(round(f * pairs)) for f in SPLIT[:-1]]
+    counts.append(pairs - sum(counts))
+    for run in runs:
+        words = split_words(run, rng)
+        if words is None:
+            _, first = np.unique(run.ids.numpy(), axis=0, return_index=True)
+            if len(first) < 2:
+                continue
+            words, wanted = [np.sort(first), np.zeros(0, int), np.zeros(0, int)], [pairs, 0, 0]
+            training_only.append(run.length)
+        else:
+            wanted = counts
+        for part, pool, count in zip(splits, words, wanted, strict=True):
+            if count <= 0 or len(pool) < 2:
+                continue
+            base_u = rng.integers(0, len(pool), size=count)
+            source_u = (base_u + rng.integers(1, len(pool), size=count)) % len(pool)  # never the base word
+            b, s = torch.as_tensor(pool[base_u]), torch.as_tensor(pool[source_u])
+            part.append(PairSet(run, b, s, [v.counterfactual(run, b, s) for v in variables],
+                                [v.base_answer(run, b) for v in variables]))
+    word_disjoint = bool(splits[1] and splits[2])
+    if not word_disjoint:  # no length has words to spare: split the pairs instead (words then recur), and say so
+        splits = _pairs_split(runs, variables, pairs, rng)
+        training_only = []
+    if notes is not None:
+        notes["training_only_lengths"] = training_only
+        notes["min_split_words"] = MIN_SPLIT_WORDS
+        notes["word_disjoint"] = word_disjoint
+        if not word_disjoint:
+            notes["note"] = (f"no length has {MIN_SPLIT_WORDS} distinct words: pairs are split 60/20/20 and test "
+                             "pairs may share words with training pairs")
+    return splits
+
+
+def _pairs_split(runs: list[LengthRun], variables: list[HighLevel], pairs: int, rng: np.random.Generator
+                 ) -> tuple[list[PairSet], list[PairSet], list[PairSet]]:
     splits: tuple[list[PairSet], list[PairSet], list[PairSet]] = ([], [], [])
     for run in runs:
         count = run.tokens.shape[0]
         if count < 2:
             continue
         base = rng.integers(0, count, size=pairs)
-        source = (base + rng.integers(1, count, size=pairs)) % count  # never the base word itself
+        source = (base + rng.integers(1, count, size=pairs)) % count
         cuts = np.cumsum([int(round(f * pairs)) for f in SPLIT[:-1]])
         for part, (lo, hi) in zip(splits, ((0, cuts[0]), (cuts[0], cuts[1]), (cuts[1], pairs)), strict=True):
-            if hi <= lo:
-                continue
-            b, s = torch.as_tensor(base[lo:hi]), torch.as_tensor(source[lo:hi])
-            part.append(PairSet(run, b, s, [v.counterfactual(run, b, s) for v in variables],
-                                [v.base_answer(run, b) for v in variables]))
+            if hi > lo:
+                b, s = torch.as_tensor(base[lo:hi]), torch.as_tensor(source[lo:hi])
+                part.append(PairSet(run, b, s, [v.counterfactual(run, b, s) for v in variables],
+                                    [v.base_answer(run, b) for v in variables]))
     return splits
 
 
 def units(task: tasks.Task, decisions: torch.Tensor, cf: torch.Tensor, base: torch.Tensor,
-          n_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+          n_positions: torch.Tensor, base_is_decision: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """(right, changed) over the scored units: one per pair, or one per target position of a pair
-    for per-position tasks. Regression decisions are decoded to the nearest answer of the batch."""
+    for per-position tasks. ``base``: what the counterfactual is compared with to call a unit changed
+    (the model's own unpatched decision, or an answer). Regression decisions (and a base that is a
+    decision) are decoded to the nearest answer of the batch."""
     if task.kind in ("membership", "classification"):
         return decisions == cf.to(decisions.dtype), cf.to(decisions.dtype) != base.to(decisions.dtype)
     width = cf.shape[1]
     valid = task.target_mask(n_positions - task.n_specials, width)
-    decisions = decisions[:, :width]
+    decisions, base = decisions[:, :width], base[:, :width]
     if task.kind == "regression":
-        values = torch.unique(torch.cat([cf[valid], base[valid]]).double())
-        nearest = (decisions.double().unsqueeze(-1) - values).abs().argmin(-1)
-        right = values[nearest] == cf.double()
-        changed = cf.double() != base.double()
+        values = torch.unique(cf[valid].double())
+
+        def decode(x: torch.Tensor) -> torch.Tensor:
+            return values[(x.double().unsqueeze(-1) - values).abs().argmin(-1)]
+
+        right = decode(decisions) == cf.double()
+        changed = cf.double() != (decode(base) if base_is_decision else base.double())
     else:
         right = decisions == cf.long()
         changed = cf.long() != base.long()
@@ -297,16 +359,23 @@ def _acts(patcher: Patcher, pset: PairSet, cache: dict) -> tuple[dict[str, torch
 
 
 def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: list[PairSet],
-              settings: Settings, generator: torch.Generator) -> torch.Tensor:
-    """Fit one subspace per fit (all at one site, trained together); returns the projectors [F, d, d]."""
+              settings: Settings, generator: torch.Generator, cache: dict | None = None,
+              init: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """Fit one subspace per fit (all at one site, trained together); returns the projectors [F, d, d].
+    ``init``: per variable index, a known direction [d] the first basis vector starts from (the rest
+    random)."""
     patcher = Patcher(side, site)
     d = side.d_model
     dtype = patcher.dtype
     kmax = max(f.dim for f in fits)
     dims = torch.tensor([f.dim for f in fits])
-    weights = torch.randn(len(fits), d, kmax, generator=generator, dtype=dtype).requires_grad_(True)
+    weights = torch.randn(len(fits), d, kmax, generator=generator, dtype=dtype)
+    for f, fit in enumerate(fits):
+        if init and fit.variable in init:
+            weights[f, :, 0] = init[fit.variable].to(dtype) * 10.0
+    weights.requires_grad_(True)
     optimizer = torch.optim.Adam([weights], lr=settings.lr)
-    cache: dict = {}
+    cache = {} if cache is None else cache
     frozen = [p for p in side.model.parameters() if p.requires_grad]
     for p in frozen:
         p.requires_grad_(False)
@@ -329,32 +398,49 @@ def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: l
 
 @torch.no_grad()
 def score_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], psets: list[PairSet],
-                projector: torch.Tensor) -> list[dict[str, Any]]:
-    """IIA of each fit's projector on pair sets: iia, iia_changed, units, changed units."""
+                projector: torch.Tensor, cache: dict | None = None) -> list[dict[str, Any]]:
+    """IIA of each fit's projector on pair sets, scored against the model: a unit is *changed* when
+    its counterfactual answer differs from the model's own unpatched decision on the base (run in the
+    same batch as a zero projector). Per fit: units, changed_units, right_changed, iia, iia_changed,
+    do_nothing_iia (not patching, on the changed units), and the same against the task's answer
+    (task_changed_units, iia_changed_task, do_nothing_iia_task: what "changed" meant before)."""
     patcher = Patcher(side, site)
-    right = [[] for _ in fits]
-    changed = [[] for _ in fits]
-    cache: dict = {}
+    keys = ("right", "changed", "nothing", "task_changed")
+    got: list[dict[str, list[torch.Tensor]]] = [{k: [] for k in keys} for _ in fits]
+    cache = {} if cache is None else cache
+    stacked = fits + [Fit(-1, 0, "readout")]
+    zero = torch.zeros(1, *projector.shape[1:], dtype=patcher.dtype)
+    projector = torch.cat([projector.to(patcher.dtype), zero])
     for pset in psets:
         if not len(pset.base):
             continue
         base, source = _acts(patcher, pset, cache)
         n_pos = pset.run.n_positions[pset.base]
-        outputs = patcher.outputs(base, source, projector.to(patcher.dtype), _masks(side, pset.run, fits), n_pos)
-        decisions = side.reader.decide(outputs, n_pos.repeat(len(fits)))
-        decisions = decisions.reshape(len(fits), len(pset.base), *decisions.shape[1:])
+        outputs = patcher.outputs(base, source, projector, _masks(side, pset.run, stacked), n_pos)
+        decisions = side.reader.decide(outputs, n_pos.repeat(len(stacked)))
+        decisions = decisions.reshape(len(stacked), len(pset.base), *decisions.shape[1:])
+        own = decisions[-1]
         for f, fit in enumerate(fits):
-            r, c = units(task, decisions[f], pset.cf[fit.variable], pset.base_answers[fit.variable], n_pos)
-            right[f].append(r)
-            changed[f].append(c)
+            cf = pset.cf[fit.variable]
+            r, c = units(task, decisions[f], cf, own, n_pos)
+            nothing, _ = units(task, own, cf, own, n_pos)
+            _, task_changed = units(task, own, cf, pset.base_answers[fit.variable], n_pos, base_is_decision=False)
+            for k, v in zip(keys, (r, c, nothing, task_changed), strict=True):
+                got[f][k].append(v)
     out = []
-    for f in range(len(fits)):
-        r, c = torch.cat(right[f]), torch.cat(changed[f])
+    for g in got:
+        r, c, nothing, tc = (torch.cat(g[k]) if g[k] else torch.zeros(0, dtype=torch.bool) for k in keys)
+        n_changed, n_task = int(c.sum()), int(tc.sum())
         out.append({
             "units": int(r.numel()),
-            "changed_units": int(c.sum()),
+            "changed_units": n_changed,
+            "right_changed": int(r[c].sum()),
             "iia": float(r.double().mean()) if r.numel() else None,
-            "iia_changed": float(r[c].double().mean()) if int(c.sum()) else None,
+            "iia_changed": float(r[c].double().mean()) if n_changed else None,
+            "do_nothing_iia": float(nothing[c].double().mean()) if n_changed else None,
+            "task_changed_units": n_task,
+            "iia_changed_task": float(r[tc].double().mean()) if n_task else None,
+            "do_nothing_iia_task": float(nothing[tc].double().mean()) if n_task else None,
         })
     return out
 
@@ -415,7 +501,8 @@ def alignment_table(
         skipped.append({"variable": None, "reason": f"the trained model's decision rule {rule.name!r} gives no "
                         "differentiable evidence to fit a subspace by"})
         variables = []
-    train, val, test = make_pairs(runs, variables, settings.pairs, settings.seed)
+    split_notes: dict[str, Any] = {}
+    train, val, test = make_pairs(runs, variables, settings.pairs, settings.seed, split_notes)
     if not variables or not train:
         return {"rows": [], "skipped": skipped, "sites": [], "settings": _settings(settings, trained)}
     sites = alignment_sites(trained)
@@ -423,12 +510,21 @@ def alignment_table(
     gen = torch.Generator().manual_seed(settings.seed)
     max_dim = min(settings.max_dim, trained.d_model)
     determined = [source_determined(task, train, i) for i in range(len(variables))]
-    cells = [(i, positions_of(v, determined[i], per_position)) for i, v in enumerate(variables)]
+    base_cells = [(i, positions_of(v, determined[i], per_position)) for i, v in enumerate(variables)]
+    # Answer-determined variables are localized where they can be told from the answer: at every
+    # position of a component's output (which does not hold the input), see localizable().
+    extra = [(i, "all") for i, v in enumerate(variables)
+             if determined[i] >= DETERMINED and localizable(v) and base_cells[i][1] != "all"]
+    solves = verdicts.solves_task(task, runs, trained, units)
+    known = known_directions(trained, variables)
     rows: list[dict[str, Any]] = []
     for g, site in enumerate(bar(sites, desc="DAS sites", unit="site")):
+        component = site.endswith(COMPONENT_SITES)
+        cells = base_cells + (extra if component else [])
         fits = [Fit(i, k, pos) for i, pos in cells for k in range(1, max_dim + 1)]
-        projector = fit_group(task, trained, site, fits, train, settings, gen)
-        val_scores = score_group(task, trained, site, fits, val, projector)
+        cache: dict = {}  # the site's activations of every pair set, shared by the fit and the scores
+        projector = fit_group(task, trained, site, fits, train, settings, gen, cache, known)
+        val_scores = score_group(task, trained, site, fits, val, projector, cache)
         chosen = []
         for i, pos in cells:
             index = {f.dim: j for j, f in enumerate(fits) if (f.variable, f.positions) == (i, pos)}
@@ -437,16 +533,23 @@ def alignment_table(
         picked_index = [c[2][c[0]] for c in chosen]
         picked = [fits[j] for j in picked_index]
         proj = projector[picked_index]
-        test_scores = score_group(task, trained, site, picked, test, proj)
-        rand = random_projectors([f.dim for f in picked], trained.d_model, gen, proj.dtype)
-        rand_scores = score_group(task, trained, site, picked, test, rand)
+        test_scores = score_group(task, trained, site, picked, test, proj, cache)
+        train_scores = score_group(task, trained, site, picked, train, proj, cache)
+        draws = [f for f in picked for _ in range(verdicts.RANDOM_DRAWS)]
+        rand = random_projectors([f.dim for f in draws], trained.d_model, gen, proj.dtype)
+        rand_scores = score_group(task, trained, site, draws, test, rand, cache)
         if untrained is not None:
-            u_proj = fit_group(task, untrained, site, picked, train, settings, gen)
-            u_scores = score_group(task, untrained, site, picked, test, u_proj)
-        for n, ((i, pos), (dim, by_dim, _)) in enumerate(zip(cells, chosen, strict=True)):
+            u_cache: dict = {}
+            u_proj = fit_group(task, untrained, site, picked, train, settings, gen, u_cache)
+            u_scores = score_group(task, untrained, site, picked, test, u_proj, u_cache)
+        site_rows = []
+        for n, ((i, pos), (dim, by_dim, index)) in enumerate(zip(cells, chosen, strict=True)):
             v = variables[i]
             scores = test_scores[n]
-            rows.append({
+            random_draws = [r["iia_changed"] for r in rand_scores[n * verdicts.RANDOM_DRAWS:
+                                                                   (n + 1) * verdicts.RANDOM_DRAWS]]
+            training = train_scores[n]["iia_changed"]
+            row = {
                 "variable": v.name,
                 "origin": v.origin,
                 "site": site,
@@ -457,14 +560,83 @@ def alignment_table(
                 "changed": scores["changed_units"] / scores["units"] if scores["units"] else None,
                 "iia": scores["iia"],
                 "iia_changed": scores["iia_changed"],
-                "random_iia_changed": rand_scores[n]["iia_changed"],
+                "changed_pairs": scores["changed_units"],
+                "iia_ci": verdicts.wilson(scores["right_changed"], scores["changed_units"]),
+                "do_nothing_iia": scores["do_nothing_iia"],
+                "lift": None if scores["iia_changed"] is None else scores["iia_changed"] - scores["do_nothing_iia"],
+                "iia_changed_task": scores["iia_changed_task"],
+                "do_nothing_iia_task": scores["do_nothing_iia_task"],
+                "task_changed_pairs": scores["task_changed_units"],
+                "random_iia_changed": verdicts.mean(random_draws),
+                "random_iia_p95": verdicts.p95(random_draws),
+                "random_draws": len(random_draws),
                 "untrained_iia_changed": u_scores[n]["iia_changed"] if untrained is not None else None,
+                "training_iia_changed": training,
+                "converged": None if training is None else training >= verdicts.CONVERGED_IIA,
+                "validation_iia": val_scores[index[dim]]["iia"],
+                "validation_iia_changed": val_scores[index[dim]]["iia_changed"],
                 "validation_iia_by_dim": {str(k): val for k, val in by_dim.items()},
-            })
+                "init": "known direction" if i in known else "random",
+            }
+            # the localization test of an answer-determined variable: every position of a component output
+            row["source_determined"] = determined[i]
+            row["test"] = "localization" if determined[i] >= DETERMINED and component and pos == "all" \
+                and localizable(v) else "interchange"
+            site_rows.append(row)
+        check_illusions(task, trained, site, picked, proj, site_rows, train, test, cache)
+        for row, (i, _) in zip(site_rows, cells, strict=True):
+            row["verdict"] = verdicts.row_verdict(row, determined[i] if row["test"] == "interchange" else 0.0,
+                                                  solves["solves"], DETERMINED)
+        rows += site_rows
         if progress is not None:
             progress(g + 1, len(sites))
+    readout = "CLS" if task.use_cls and exact.readout_position == 0 and not per_position else "readout"
     return {"rows": rows, "skipped": skipped, "sites": sites, "variables": _describe(variables, determined),
-            "settings": _settings(settings, trained), **summarize(rows, variables)}
+            "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
+            "verdicts": verdicts.variable_verdicts(rows, sites, readout), **summarize(rows, variables, sites)}
+
+
+def known_directions(side: Side, variables: list[HighLevel]) -> dict[int, torch.Tensor]:
+    """Where the trained side is itself an exact construction that names its residual dimensions (a
+    self-diff), each exact label's own dimension: the fit of that label starts from it."""
+    labels = getattr(side.model.cfg, "residual_labels", None) if side.exact else None
+    if not labels:
+        return {}
+    out = {}
+    for i, v in enumerate(variables):
+        if v.origin == "exact" and v.name in labels and list(labels).count(v.name) == 1:
+            direction = torch.zeros(side.d_model, dtype=torch.float64)
+            direction[list(labels).index(v.name)] = 1.0
+            out[i] = direction
+    return out
+
+
+def check_illusions(task: tasks.Task, side: Side, site: str, fits: list[Fit], projector: torch.Tensor,
+                    rows: list[dict[str, Any]], train: list[PairSet], test: list[PairSet], cache: dict) -> None:
+    """``row["illusion"]`` for every row whose test scores would make it "computed": the test IIA of
+    the part of its subspace that varies at the site and of the part later components read, each alone
+    (:mod:`.illusion`); None where not checked (the row is not a candidate, or the model's weights are
+    not an ExactTransformer's)."""
+    for row in rows:
+        row["illusion"] = None
+    candidates = [n for n, row in enumerate(rows) if verdicts.passes_scores(row)]
+    read = illusion.read_basis(side.model, site) if candidates else None
+    if read is None:
+        return
+    patcher = Patcher(side, site)
+    vary: dict[str, torch.Tensor] = {}
+    for positions in {fits[n].positions for n in candidates}:
+        acts = []
+        for pset in train:
+            if len(pset.base):
+                mask = _masks(side, pset.run, [Fit(-1, 0, positions)])[0].bool()
+                acts.append(_acts(patcher, pset, cache)[0]["site"][:, mask].double())
+        vary[positions] = illusion.varying_basis(acts)
+    split = torch.cat([illusion.split_projectors(projector[n], vary[fits[n].positions], read) for n in candidates])
+    scores = score_group(task, side, site, [fits[n] for n in candidates for _ in range(2)], test, split, cache)
+    for j, n in enumerate(candidates):
+        rows[n]["illusion"] = illusion.verdict(rows[n]["iia_changed"], scores[2 * j]["iia_changed"],
+                                               scores[2 * j + 1]["iia_changed"], verdicts.COMPUTED_IIA)
 
 
 def source_determined(task: tasks.Task, train: list[PairSet], i: int) -> float:
@@ -482,6 +654,17 @@ def source_determined(task: tasks.Task, train: list[PairSet], i: int) -> float:
             same.append((cf.double() == own.double())[valid])
     joined = torch.cat(same) if same else torch.zeros(0, dtype=torch.bool)
     return float(joined.double().mean()) if joined.numel() else 0.0
+
+
+COMPONENT_SITES = ("hook_attn_out", "hook_mlp_out")
+
+
+def localizable(variable: HighLevel) -> bool:
+    """An answer-determined variable can be localized apart from the answer where the exact circuit
+    computes it at every position (or it is a task variable, which the circuit computes before it
+    reaches the readout): patched at every position of a component's output. A label only the
+    readout position holds (e.g. FIRST's s) is the answer itself there."""
+    return variable.origin == "task" or variable.detail.get("exact_positions") == "all"
 
 
 def positions_of(variable: HighLevel, determined: float, per_position: bool) -> str:
@@ -509,15 +692,24 @@ def _settings(settings: Settings, side: Side) -> dict[str, Any]:
             "untrained_baseline": settings.untrained}
 
 
-def summarize(rows: list[dict[str, Any]], variables: list[HighLevel]) -> dict[str, Any]:
-    """Per variable, its best row (highest iia_changed); the means over variables."""
+def summarize(rows: list[dict[str, Any]], variables: list[HighLevel], sites: list[str] | None = None
+              ) -> dict[str, Any]:
+    """Per variable, its best interchange row (not the localization rows of an answer-determined
+    variable), chosen on validation pairs (highest validation IIA on changed pairs, then the earlier
+    site; the reported IIA is the test pairs'); the means over variables."""
+    order = {s: i for i, s in enumerate(sites or [])}
     best: dict[str, dict[str, Any]] = {}
+
+    def key(row: dict[str, Any]) -> tuple:
+        v = row.get("validation_iia_changed")
+        return (-(v if v is not None else -1.0), -(row.get("validation_iia") or 0.0), order.get(row["site"], 0))
+
     for row in rows:
-        if row["iia_changed"] is None:
+        if row["iia_changed"] is None or row.get("test") == "localization":
             continue
-        key = f"{row['origin']}:{row['variable']}"
-        if key not in best or row["iia_changed"] > best[key]["iia_changed"]:
-            best[key] = row
+        name = f"{row['origin']}:{row['variable']}"
+        if name not in best or key(row) < key(best[name]):
+            best[name] = row
 
     def mean(values: list[float | None]) -> float | None:
         kept = [v for v in values if v is not None]
@@ -525,8 +717,9 @@ def summarize(rows: list[dict[str, Any]], variables: list[HighLevel]) -> dict[st
 
     task_best = [r for r in best.values() if r["origin"] == "task"]
     return {
-        "best": [{k: r[k] for k in ("variable", "origin", "site", "position", "dim", "iia_changed",
-                                   "random_iia_changed", "untrained_iia_changed")} for r in best.values()],
+        "best": [{k: r.get(k) for k in ("variable", "origin", "site", "position", "dim", "iia_changed",
+                                       "random_iia_changed", "untrained_iia_changed", "iia_ci", "changed_pairs",
+                                       "lift", "random_iia_p95", "verdict")} for r in best.values()],
         "mean_das_iia_changed": mean([r["iia_changed"] for r in best.values()]),
         "mean_random_iia_changed": mean([r["random_iia_changed"] for r in best.values()]),
         "mean_untrained_iia_changed": mean([r["untrained_iia_changed"] for r in best.values()]),

@@ -135,7 +135,7 @@ def _interventions(ctx: Any, request: Any) -> Done:
 
 
 ALIGNMENT_SUMMARY = ("mean_das_iia_changed", "mean_random_iia_changed", "mean_untrained_iia_changed",
-                     "mean_das_iia_changed_task")
+                     "mean_das_iia_changed_task", "verdicts")  # verdicts: one line per variable (diff.verdicts)
 
 
 def _alignment(ctx: Any, request: Any) -> Done:
@@ -153,7 +153,8 @@ def _alignment(ctx: Any, request: Any) -> Done:
                             settings, untrained)
     rows = table.pop("rows")
     ctx.say("diff: alignment done")
-    return Done({"alignment": rows, "alignment_details": table}, {key: table.get(key) for key in ALIGNMENT_SUMMARY})
+    summary = {key: table.get(key, {} if key == "verdicts" else None) for key in ALIGNMENT_SUMMARY}
+    return Done({"alignment": rows, "alignment_details": table}, summary)
 
 
 def _circuit(ctx: Any, request: Any) -> Done:
