@@ -220,3 +220,51 @@ def test_cli_metrics_and_json_fields(capsys):
     out = json.loads(capsys.readouterr().out)
     assert "faithfulness" not in out and "score" in out
     assert main(["discover", "one", "--metrics", "f1"]) == 2
+
+
+# ---- the ACDC paper's threshold sweep ------------------------------------------------------------------
+
+
+def test_sweep_auc_and_points():
+    from exactlens.analysis.circuit.discovery import Discovery
+    from exactlens.analysis.circuit.sweep import sweep_auc, sweep_points
+
+    assert sweep_auc([]) == 0.5 and sweep_auc([(0.0, 1.0)]) == 1.0 and sweep_auc([(0.5, 0.5)]) == 0.5
+    assert sweep_auc([(0.0, 0.5)]) == 0.75
+    model, graph, batches, circuit = _setup("parity", "head")
+    observable = {c.edge for c in circuit.edges if not c.constant}
+
+    def run(selected, threshold):
+        return Discovery("acdc", "head", {}, {}, set(selected), threshold)
+
+    runs = [run(observable, 1.0), run(set(graph.edges), 0.0)]
+    exact = sweep_points(runs, graph, circuit)
+    assert exact.edge_points == [(0.0, 1.0), (1.0, 1.0)] and exact.edge_auc == 1.0 and exact.node_auc == 1.0
+    # counted the ACDC paper's way, the constant circuit edges are positives the runs missed
+    counted = sweep_points(runs, graph, circuit, count_constant=True)
+    share = len(observable) / len(circuit.edges)
+    assert counted.edge_points[0] == (0.0, share) and counted.edge_auc == pytest.approx((share + 1) / 2)
+
+
+@pytest.mark.slow
+def test_the_acdc_tracr_table_runs(tmp_path):
+    """The ACDC paper's tracr programs compile with its settings; on proportion the circuit read off the
+    weights is the paper's canonical one (its code lists these 7 edges as TransformerLens hooks), and
+    zero ablation leaves every edge movable while resample ablation on words of one length cannot move
+    the query and key reads."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "acdc.json"
+    subprocess.run([sys.executable, str(root / "benchmarks" / "acdc_tracr_table.py"), "--quick", "--out", str(out)],
+                   check=True, cwd=root, env={**__import__("os").environ, "PYTHONPATH": str(root / "src")})
+    rows = {(r["task"], r["ablation"]): r for r in json.loads(out.read_text())["rows"]}
+    paper_proportion = {"embed->L0.MLP", "L0.MLP->L1.H0.v", "embed->L1.H0.q", "pos->L1.H0.q", "embed->L1.H0.k",
+                        "pos->L1.H0.k", "L1.H0->output"}
+    assert set(rows["proportion", "zero"]["circuit"]) == paper_proportion
+    assert rows["proportion", "zero"]["constant"] == []
+    assert set(rows["proportion", "resample"]["constant"]) == {e for e in paper_proportion if ".H0.q" in e or
+                                                              ".H0.k" in e}
+    assert rows["reverse", "zero"]["n_edges"] == 94 and rows["reverse", "zero"]["circuit_edges"] == 15

@@ -151,10 +151,10 @@ def activation_patching(model, graph: ModelGraph, batches: list[Batch], threshol
 def _interpolated(batch: Batch, node: str, alpha: float) -> torch.Tensor:
     """The sender's activation a fraction ``alpha`` of the way from its source (ablated) value to its
     clean one; exactly the clean one at alpha = 1 (so EAP-IG with one step is EAP, bit for bit)."""
-    clean = batch.clean.outputs[node]
+    clean = batch.clean.outputs[node].detach()  # a cached position table may carry a graph
     if alpha == 1.0:
         return clean
-    source = batch.source[node]
+    source = batch.source[node].detach()
     return source + alpha * (clean - source)
 
 

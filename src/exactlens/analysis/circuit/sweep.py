@@ -6,8 +6,8 @@ points with (0, 0) and (1, 1) added. This differs from ranking every edge by one
 actually returns, and ACDC's circuit at a threshold depends on what it pruned before.
 
 Classes as in scoring: the circuit's observable edges are positive, its constant edges (the
-ablation cannot move them) are left out of both classes; a node is positive when it sends an
-observable circuit edge and is selected when it sends a selected edge.
+ablation cannot move them) are left out of both classes (or, as the ACDC paper counts, positive);
+a node is positive when it sends a positive edge and is selected when it sends a selected edge.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exactlens.analysis.circuit.ablation import Batch
-from exactlens.analysis.circuit.discovery import discover
+from exactlens.analysis.circuit.discovery import Discovery, discover
 from exactlens.analysis.circuit.graph import ModelGraph
 from exactlens.analysis.circuit.truth import Circuit
 
@@ -55,19 +55,30 @@ class Sweep:
                 "seconds": round(self.seconds, 3)}
 
 
-def threshold_sweep(model, graph: ModelGraph, batches: list[Batch], circuit: Circuit, thresholds: Sequence[float],
-                    method: str = "acdc") -> Sweep:
-    """Run ``method`` at every threshold and collect its edge and node ROC points."""
-    constant = {c.edge for c in circuit.edges if c.constant}
-    positives = {c.edge for c in circuit.edges if not c.constant}
+def runs_at(model, graph: ModelGraph, batches: list[Batch], thresholds: Sequence[float],
+            method: str = "acdc") -> list[Discovery]:
+    """The method's circuit at every threshold."""
+    return [discover(model, graph, batches, method, t) for t in thresholds]
+
+
+def sweep_points(runs: Sequence[Discovery], graph: ModelGraph, circuit: Circuit, count_constant: bool = False) -> Sweep:
+    """The edge and node ROC points of the runs. ``count_constant``: the circuit's constant edges count
+    as positives (the ACDC paper's convention: its ground truth does not ask whether the ablation can
+    move an edge) instead of being left out."""
+    constant = set() if count_constant else {c.edge for c in circuit.edges if c.constant}
+    positives = {c.edge for c in circuit.edges if count_constant or not c.constant}
     edges = set(graph.edges) - constant
     positive_nodes = {e.sender for e in positives}
     nodes = {n for n in graph.senders if n in positive_nodes or n not in {e.sender for e in constant}}
-    edge_points, node_points, seconds = [], [], 0.0
-    for threshold in thresholds:
-        found = discover(model, graph, batches, method, threshold)
-        seconds += found.seconds
+    edge_points, node_points = [], []
+    for found in runs:
         chosen = found.selected & edges
         edge_points.append(_rates(chosen, positives, edges))
         node_points.append(_rates({e.sender for e in chosen} & nodes, positive_nodes, nodes))
-    return Sweep(list(thresholds), edge_points, node_points, seconds)
+    return Sweep([r.threshold for r in runs], edge_points, node_points, sum(r.seconds for r in runs))
+
+
+def threshold_sweep(model, graph: ModelGraph, batches: list[Batch], circuit: Circuit, thresholds: Sequence[float],
+                    method: str = "acdc", count_constant: bool = False) -> Sweep:
+    """Run ``method`` at every threshold and collect its edge and node ROC points (see sweep_points)."""
+    return sweep_points(runs_at(model, graph, batches, thresholds, method), graph, circuit, count_constant)
