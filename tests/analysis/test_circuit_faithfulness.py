@@ -268,3 +268,29 @@ def test_the_acdc_tracr_table_runs(tmp_path):
     assert set(rows["proportion", "resample"]["constant"]) == {e for e in paper_proportion if ".H0.q" in e or
                                                               ".H0.k" in e}
     assert rows["reverse", "zero"]["n_edges"] == 94 and rows["reverse", "zero"]["circuit_edges"] == 15
+
+
+@pytest.mark.parametrize("name", ["first-ln", "sm-solution2"])
+def test_acdc_matches_an_equivalent_circuit_without_the_redundant_paths(name):
+    """Measured: where ACDC misses the weight circuit's redundant paths (post-LN skips, sm-solution2's
+    embed -> FFN), the circuit without them is still sufficient, and ACDC's circuit is exactly it."""
+    report = discover_report(name, "acdc", words=32, metrics="auroc")
+    eq = report["equivalent"]
+    assert report["score"]["recall"] < 1.0 and eq["candidates"]["weights"]["f1"] < 1.0
+    assert eq["best"] == "without redundant edges" and eq["candidates"][eq["best"]]["f1"] == 1.0
+    smaller = set(eq["candidates"][eq["best"]]["edges"])
+    assert smaller < set(eq["candidates"]["weights"]["edges"])
+    model = build(name, dtype="float64")
+    graph = model_graph(model, "head")
+    batches = word_batches(model, graph, None, 32)
+    circuit = mark_constant(derive_circuit(model, "head"), batches, model)
+    outside = [e for e in graph.edges if e.name not in smaller]
+    from exactlens.analysis.circuit.ablation import changed_words
+
+    assert all(int(changed_words(model, graph, b, outside).sum()) == 0 for b in batches)
+    assert {e.edge.name for e in circuit.edges} == set(eq["candidates"]["weights"]["edges"])
+
+
+def test_a_circuit_without_redundancy_has_one_valid_form():
+    report = discover_report("parity", "acdc", lengths=[2, 3, 4], words=16, metrics="auroc")
+    assert list(report["equivalent"]["candidates"]) == ["weights"] and report["equivalent"]["best"] == "weights"

@@ -88,6 +88,11 @@ def format_discover_text(result: dict[str, Any]) -> str:
             lines.append(f"best cut the scores allow (oracle, read from the truth): score >= {best['cut']:.4g} selects "
                          f"{best['n_selected']}: F1 {best['f1']:.3f}, precision {best['precision']:.3f}, recall "
                          f"{best['recall']:.3f}")
+    eq = result.get("equivalent")
+    if eq and len(eq["candidates"]) > 1:
+        c = eq["candidates"][eq["best"]]
+        lines.append(f"best-matching valid circuit: {eq['best']} ({c['n_edges']} observable edges): F1 {_f(c['f1'])}, "
+                     f"precision {_f(c['precision'])}, recall {_f(c['recall'])}")
     if "faithfulness" in result:
         lines.append(_faithfulness_text(result, "faithfulness (MIB's sizes)"))
     if "exact_circuit" in result:

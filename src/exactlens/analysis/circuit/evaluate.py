@@ -13,6 +13,7 @@ import torch
 from exactlens.analysis.circuit.ablation import ABLATIONS, Batch, check_circuit, make_batch, mark_constant
 from exactlens.analysis.circuit.correspond import compare_with_circuit
 from exactlens.analysis.circuit.discovery import DEFAULT_IG_STEPS, METHODS, Discovery, discover
+from exactlens.analysis.circuit.equivalent import best_match, valid_circuits
 from exactlens.analysis.circuit.faithfulness import METRICS, DivergenceCache, check_metrics, faithfulness, ranked
 from exactlens.analysis.circuit.graph import GRANULARITIES, ModelGraph, model_graph
 from exactlens.analysis.circuit.scoring import score_discovery
@@ -202,6 +203,8 @@ def discover_report(target: Any, method: str, *, granularity: str = "head", agai
         circuit = mark_constant(derive_circuit(model, granularity), batches, model)
         if "auroc" in metrics:
             result["score"] = score_discovery(found, circuit).to_dict()
+            result["equivalent"] = best_match(found.selected, valid_circuits(model, circuit, batches),
+                                              {c.edge for c in circuit.edges if c.constant})
         if cache is not None:
             result["exact_circuit"] = faithfulness_fields(cache, truth_ranking(circuit))
     elif truth_model is not None:
