@@ -1,10 +1,11 @@
-"""Circuit discovery over the catalogue: activation patching, EAP and ACDC-style pruning on every
-construction, at head and qkv granularity, scored against each construction's ground-truth circuit
-(edge and node AUROC, precision and recall at the method's own threshold, the F1-best cut of its
-scores found with the truth, seconds).
+"""Circuit discovery over the catalogue: activation patching, EAP, EAP-IG (inputs, activations),
+exact edge patching and ACDC-style pruning on every construction, at head and qkv granularity, scored
+against each construction's ground-truth circuit (edge and node AUROC, precision and recall at the
+method's own threshold, the F1-best cut of its scores found with the truth, MIB's CPR and CMD beside
+the exact circuit's, seconds).
 
 Usage: PYTHONPATH=src python benchmarks/circuit_discovery.py [--quick] [--names N ...] [--words 32]
-       [--span 4] [--methods patching eap acdc] [--ablation resample|mean|cross-length]
+       [--span 4] [--methods patching eap acdc ...] [--ablation resample|mean|cross-length|zero]
        [--out results.json [--overwrite]]
        (--quick: three small constructions, 16 words, 3 lengths)
 """
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--ablation", choices=ABLATIONS, default="resample",
                         help="what an ablated edge reads (cross-length: a word of another length; default resample)")
+    parser.add_argument("--metrics", default="auroc,cpr,cmd", help="auroc,cpr,cmd (cpr/cmd: faithfulness curves)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
@@ -54,14 +56,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"load average {os.getloadavg()[0]:.2f}; torch threads {args.threads}", flush=True)
     start = time.perf_counter()
-    rows = catalogue(names, words=args.words, span=args.span, methods=args.methods, ablation=args.ablation)
+    rows = catalogue(names, words=args.words, span=args.span, methods=args.methods, ablation=args.ablation,
+                     metrics=args.metrics)
     print("| construction | granularity | method | circuit edges (constant) / all | edge AUROC | node AUROC | "
-          "precision | recall | best cut: F1 (P / R) | s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "precision | recall | best cut: F1 (P / R) | CPR / CMD | exact CPR / CMD | s (method + curve) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['construction']} | {r['granularity']} | {r['method']} | {r['n_positive']} ({r['n_constant']}) / "
               f"{r['n_edges'] + r['n_constant']} | {_f(r['edge_auroc'])} | {_f(r['node_auroc'])} | "
-              f"{_f(r['precision'])} | {_f(r['recall'])} | {best_cut_text(r['best_cut'])} | {r['seconds']:.1f} |")
+              f"{_f(r['precision'])} | {_f(r['recall'])} | {best_cut_text(r['best_cut'])} | "
+              f"{_f(r.get('cpr'))} / {_f(r.get('cmd'))} | {_f(r.get('exact_cpr'))} / {_f(r.get('exact_cmd'))} | "
+              f"{r['seconds']:.1f} + {r.get('faithfulness_seconds', 0.0):.1f} |")
     print(f"total {time.perf_counter() - start:.0f} s\n")
     print_summary(rows)
     if args.out:
@@ -79,8 +84,8 @@ def print_summary(rows: list[dict]) -> None:
     (min) edge AUROC, mean precision and recall at the method's cut, exact recoveries at its cut and
     at the best cut (those at a best cut of 0 apart), and the methods' time."""
     print("| programs | granularity | method | median edge AUROC (min) | mean precision | mean recall | "
-          "exact recoveries | exact at the best cut (at 0) | time, all |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "exact recoveries | exact at the best cut (at 0) | median CPR / CMD (exact circuit's) | time, all |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     keys = dict.fromkeys(("tracr" if r["construction"].startswith("tracr-") else "hand-built", r["granularity"],
                           r["method"]) for r in rows)
     for group, granularity, method in keys:
@@ -94,10 +99,16 @@ def print_summary(rows: list[dict]) -> None:
             return statistics.mean([r[key] for r in rs if r[key] is not None] or [float("nan")])
 
         median = f"{_f(statistics.median(aurocs))} ({_f(min(aurocs))})" if aurocs else "-"
+
+        def med(key: str, rs: list[dict] = rs) -> str:
+            values = [r[key] for r in rs if r.get(key) is not None]
+            return _f(statistics.median(values)) if values else "-"
+
         print(f"| {group} | {granularity} | {method} | {median} | "
               f"{_f(mean('precision'))} | {_f(mean('recall'))} | "
               f"{sum(_exact(r['precision'], r['recall']) for r in rs)} / {len(rs)} | {len(best)} ({at_zero}) | "
-              f"{sum(r['seconds'] for r in rs):.0f} s |")
+              f"{med('cpr')} / {med('cmd')} ({med('exact_cpr')} / {med('exact_cmd')}) | "
+              f"{sum(r['seconds'] + r.get('faithfulness_seconds', 0.0) for r in rs):.0f} s |")
 
 
 if __name__ == "__main__":

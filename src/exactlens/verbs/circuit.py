@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from exactlens.requests import Bool, Choice, Int, Lengths, option
+from exactlens.requests import Bool, Choice, Int, Lengths, Path_, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
 
@@ -34,10 +34,11 @@ class EdgeOptions:
                                   help="word lengths to run (default: the task's shortest and the next five)")
     words: int = option(64, kind=Int(1), help="words per length: all of them when there are at most this many "
                         "(default 64)")
-    ablation: str = option("resample", kind=Choice(("resample", "mean", "cross-length")),
+    ablation: str = option("resample", kind=Choice(("resample", "mean", "cross-length", "zero")),
                            help="an ablated edge reads another word's activation (resample), the mean, or a word of "
                                 "another length's at the aligned position (cross-length: sees values that are the "
-                                "same for every word of a length, such as the length itself); default resample")
+                                "same for every word of a length, such as the length itself), or zero; default "
+                                "resample")
     seed: int = option(0, kind=Int(0), help="seed of the sampled words, the resample order and the cross-length "
                        "pairing")
 
@@ -46,6 +47,9 @@ class EdgeOptions:
 class CircuitRequest(EdgeOptions):
     check: bool = option(True, kind=Bool(), flag="--no-check", negate=True,
                          help="skip the ablation check (circuit and constants only)")
+    out: str | None = option(None, kind=Path_(), metavar="FILE.json",
+                             help="also write the circuit in MIB's circuit file format (docs/circuits.md)")
+    overwrite: bool = option(False, kind=Bool(), help="replace an existing --out file")
 
 
 def run(request: CircuitRequest) -> Result:
@@ -54,7 +58,8 @@ def run(request: CircuitRequest) -> Result:
 
     tell(f"circuit: deriving the circuit of {request.target}")
     data = circuit_report(request.target, granularity=request.granularity, lengths=request.lengths,
-                          words=request.words, seed=request.seed, ablation=request.ablation, check=request.check)
+                          words=request.words, seed=request.seed, ablation=request.ablation, check=request.check,
+                          out=request.out, overwrite=request.overwrite)
     return Result("circuit", data, svg=circuit_svg(data))
 
 
@@ -71,6 +76,8 @@ def format_circuit_text(result: dict[str, Any]) -> str:
         lines.append(f"{result['ablation']} ablation on {check['n_words']} words: every edge outside the circuit "
                      f"ablated changes {check['outside_changed']} decisions; edges inside whose ablation alone "
                      f"changes none: {', '.join(check['unnecessary']) or 'none'}")
+    if result.get("circuit_file"):
+        lines.append(f"written in MIB's circuit format to {result['circuit_file']}")
     return "\n".join(lines)
 
 

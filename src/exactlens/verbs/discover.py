@@ -1,9 +1,11 @@
-"""``exactlens discover TARGET --method patching|eap|acdc [--against NAME]``: circuit discovery.
+"""``exactlens discover TARGET --method METHOD [--against NAME] [--metrics auroc,cpr,cmd]``: circuit discovery.
 
 Runs a discovery method on the edge graph (exactlens.analysis.circuit.discovery): node-level
-activation patching, edge attribution patching, or ACDC-style pruning. A construction is scored
-against its own ground-truth circuit: ROC curve, AUROC over edges and nodes, and precision and
-recall of the edges the method selects at its own threshold. Any model (a checkpoint) is compared
+activation patching, edge attribution patching (EAP, EAP-IG on inputs or activations), exact edge
+patching, or ACDC-style pruning; or reads a circuit from a MIB circuit file (--score-file). A
+construction is scored against its own ground-truth circuit: ROC curve, AUROC over edges and nodes,
+and precision and recall of the edges the method selects at its own threshold; any model gets MIB's
+faithfulness curve (CPR, CMD) of the method's ranking. Any model (a checkpoint) is compared
 with the circuit of --against (a construction of its task, run on the same words) after mapping its
 nodes onto the construction's by layer and head index: edge and node overlap, AUROC, and the overlap
 between components (post-LN norm chains joined), so depth, heads and layer norms may differ
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from exactlens.requests import Choice, Float, Text, option
+from exactlens.requests import Bool, Choice, Float, Int, Path_, Text, TextList, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
 from exactlens.verbs.circuit import EdgeOptions
@@ -26,33 +28,53 @@ __all__ = ["DiscoverRequest", "format_discover_text", "run"]
 
 @dataclass(frozen=True)
 class DiscoverRequest(EdgeOptions):
-    method: str = option("acdc", kind=Choice(("patching", "eap", "acdc")), required_on_cli=True,
-                         api_positional=True, help="the discovery method")
+    method: str = option("acdc", kind=Choice(("patching", "eap", "acdc", "eap-ig-inputs", "eap-ig-activations",
+                                              "edge-patching")),
+                         api_positional=True, help="the discovery method (default acdc; ignored with --score-file)")
     against: str | None = option(None, kind=Text(), metavar="NAME",
                                  help="compare with this construction's circuit (default: the target's own, for a "
                                       "construction)")
-    threshold: float | None = option(None, kind=Float(0.0), help="the method's cut (default: patching/acdc 1e-3 "
-                                     "divergence, eap 1e-2 of the top score)")
+    threshold: float | None = option(None, kind=Float(0.0), help="the method's cut (default: patching/acdc/"
+                                     "edge-patching 1e-3 divergence, eap and EAP-IG 1e-2 of the top score)")
+    metrics: tuple = option(("auroc", "cpr", "cmd"), kind=TextList(("auroc", "cpr", "cmd")), metavar="M[,M]",
+                            help="auroc (against the exact circuit), cpr and cmd (MIB's faithfulness curve of the "
+                                 "method's ranking; default all three)")
+    ig_steps: int = option(5, kind=Int(1, 1000), help="EAP-IG's interpolation steps (1: EAP; default 5)")
+    score_file: str | None = option(None, kind=Path_(), metavar="FILE.json",
+                                    help="score the circuit in this MIB circuit file instead of running a method")
+    out: str | None = option(None, kind=Path_(), metavar="FILE.json",
+                             help="write the method's circuit (selected edges, scores) in MIB's circuit file format")
+    overwrite: bool = option(False, kind=Bool(), help="replace an existing --out file")
 
 
 def run(request: DiscoverRequest) -> Result:
     from exactlens.analysis.circuit.evaluate import discover_report
 
-    tell(f"discover: {request.method} on {request.target}")
+    what = f"the circuit of {request.score_file}" if request.score_file else request.method
+    tell(f"discover: {what} on {request.target}")
     return Result("discover", discover_report(
         request.target, request.method, granularity=request.granularity, against=request.against,
         threshold=request.threshold, lengths=request.lengths, words=request.words, seed=request.seed,
-        ablation=request.ablation))
+        ablation=request.ablation, metrics=request.metrics, ig_steps=request.ig_steps, score_file=request.score_file,
+        out=request.out, overwrite=request.overwrite))
 
 
 def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _faithfulness_text(d: dict[str, Any], what: str) -> str:
+    if d.get("cpr") is None:
+        return f"{what}: faithfulness undefined: {d.get('faithfulness_undefined', '-')}"
+    curve = " ".join(f"{p['size'] * 100:g}%:{p['f']:.2f}" for p in d["faithfulness"])
+    return f"{what}: CPR {d['cpr']:.3f}, CMD {d['cmd']:.3f}; f by size {curve}"
+
+
 def format_discover_text(result: dict[str, Any]) -> str:
-    lines = [f"{result['model']}: {result['method']} at {result['granularity']} granularity, {result['ablation']} "
-             f"ablation, threshold "
-             f"{result['threshold']:g}, {result['seconds']:.2f} s; selected {len(result['selected'])} of "
+    how = (f"the circuit of {result['details']['score_file']}" if result["method"] == "file"
+           else f"{result['method']}, threshold {result['threshold']:g}")
+    lines = [f"{result['model']}: {how} at {result['granularity']} granularity, {result['ablation']} "
+             f"ablation, {result['seconds']:.2f} s; selected {len(result['selected'])} of "
              f"{len(result['edges'])} edges"]
     top = sorted(result["edges"], key=lambda e: -e["score"])[:12]
     lines += [f"  {e['edge']:<30}{e['score']:.4g}" + ("  *" if e["selected"] else "") for e in top]
@@ -66,6 +88,17 @@ def format_discover_text(result: dict[str, Any]) -> str:
             lines.append(f"best cut the scores allow (oracle, read from the truth): score >= {best['cut']:.4g} selects "
                          f"{best['n_selected']}: F1 {best['f1']:.3f}, precision {best['precision']:.3f}, recall "
                          f"{best['recall']:.3f}")
+    eq = result.get("equivalent")
+    if eq and len(eq["candidates"]) > 1:
+        c = eq["candidates"][eq["best"]]
+        lines.append(f"best-matching valid circuit: {eq['best']} ({c['n_edges']} observable edges): F1 {_f(c['f1'])}, "
+                     f"precision {_f(c['precision'])}, recall {_f(c['recall'])}")
+    if "faithfulness" in result:
+        lines.append(_faithfulness_text(result, "faithfulness (MIB's sizes)"))
+    if "exact_circuit" in result:
+        lines.append(_faithfulness_text(result["exact_circuit"], "the exact circuit ranked alone"))
+    if result.get("circuit_file"):
+        lines.append(f"written in MIB's circuit format to {result['circuit_file']}")
     if "overlap" in result:
         o = result["overlap"]
         if not o["comparable"]:
@@ -97,20 +130,42 @@ def headline(d: dict[str, Any]) -> list[tuple[str, Any]]:
                  ("node jaccard", overlap["nodes"]["jaccard"])]
     elif overlap:
         rows.append(("against", overlap["reason"]))
+    if "faithfulness" in d:
+        rows += [("CPR", d["cpr"]), ("CMD", d["cmd"])]
+    if "exact_circuit" in d:
+        rows += [("exact circuit CPR / CMD", f"{_f(d['exact_circuit']['cpr'])} / {_f(d['exact_circuit']['cmd'])}")]
     return rows + [("seconds", d["seconds"])]
 
 
 def plot(result: Result) -> Any:
-    if "score" not in result:
+    curves = "faithfulness" in result and result.get("cpr") is not None
+    if "score" not in result and not curves:
         return None
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(3.6, 3.2))
-    roc = result["score"]["roc"]
-    ax.plot([p[0] for p in roc], [p[1] for p in roc], drawstyle="steps-post", marker=".")
-    ax.plot([0, 1], [0, 1], color="#bbb", lw=0.8)
-    ax.set_xlabel("false-positive rate")
-    ax.set_ylabel("true-positive rate")
-    ax.set_title(f"{result['method']} on {result['model']}: AUROC {_f(result['score']['edge_auroc'])}", fontsize=9)
+    panels = int("score" in result) + int(curves)
+    fig, axes = plt.subplots(1, panels, figsize=(3.6 * panels, 3.2), squeeze=False)
+    axes = list(axes[0])
+    if "score" in result:
+        ax = axes.pop(0)
+        roc = result["score"]["roc"]
+        ax.plot([p[0] for p in roc], [p[1] for p in roc], drawstyle="steps-post", marker=".")
+        ax.plot([0, 1], [0, 1], color="#bbb", lw=0.8)
+        ax.set_xlabel("false-positive rate")
+        ax.set_ylabel("true-positive rate")
+        ax.set_title(f"{result['method']} on {result['model']}: AUROC {_f(result['score']['edge_auroc'])}", fontsize=9)
+    if curves:
+        ax = axes.pop(0)
+        for data, label in ((result, result["method"]), (result.get("exact_circuit"), "exact circuit")):
+            if data and data.get("cpr") is not None:
+                points = data["faithfulness"]
+                ax.plot([p["size"] * 100 for p in points], [p["f"] for p in points], marker=".",
+                        label=f"{label}: CPR {data['cpr']:.2f}, CMD {data['cmd']:.2f}")
+        ax.axhline(1.0, color="#bbb", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("edges kept (% of the graph, MIB's sizes)")
+        ax.set_ylabel("faithfulness f")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
     return fig
 
 

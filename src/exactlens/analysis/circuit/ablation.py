@@ -1,5 +1,6 @@
 """Edge ablations on a task's words: resample (each word's edge reads the activation of another word
-of the same length), mean (the mean over the words) or cross-length (each word's edge reads the
+of the same length), mean (the mean over the words), zero (nothing: the sender's output replaced by
+0, as in the ACDC paper's tracr experiments and MIB's zero ablation) or cross-length (each word's edge reads the
 activation of a word of another length at the aligned position), and the checks a ground-truth
 circuit must pass — ablating every edge outside it leaves the decisions unchanged; ablating one edge
 inside it changes a decision on some word.
@@ -27,7 +28,7 @@ from exactlens.errors import ExactLensError
 from exactlens.resources import torch_threads
 from exactlens.tasks import reader as task_reader
 
-ABLATIONS = ("resample", "mean", "cross-length")
+ABLATIONS = ("resample", "mean", "cross-length", "zero")
 
 _READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -100,6 +101,8 @@ def make_batch(model, graph: ModelGraph, ids: torch.Tensor, ablation: str = "res
     where = tokens.device
     if ablation == "mean":
         source = mean_outputs(clean)
+    elif ablation == "zero":
+        source = {node: torch.zeros_like(out[:1]) for node, out in clean.outputs.items()}
     elif ablation == "cross-length":
         if len(source_ids) == 0 or source_ids.shape[1] == ids.shape[1]:
             raise ExactLensError(f"cross-length ablation needs source words of a length other than {ids.shape[1]}, "
@@ -137,7 +140,7 @@ def changed_words(model, graph: ModelGraph, batch: Batch, edges: Collection[Edge
 def mark_constant(circuit: Circuit, batches: list[Batch], model) -> Circuit:
     """Mark each circuit edge that the batches' ablation cannot move as ``constant``: its carried
     features take the same value for every word of a length (resample, mean; on exhaustive batches
-    this is exact), or equal their cross-length source at every aligned position."""
+    this is exact), or equal their cross-length source at every aligned position, or are 0 (zero)."""
     labels = model.cfg.residual_labels or tuple(f"d{i}" for i in range(model.cfg.d_model))
     index = {label: i for i, label in enumerate(labels)}
     marked = []
@@ -150,7 +153,7 @@ def mark_constant(circuit: Circuit, batches: list[Batch], model) -> Circuit:
 
 def _unmovable(batch: Batch, sender: str, dims: list[int]) -> bool:
     clean = batch.clean.outputs[sender][..., dims]
-    if batch.ablation == "cross-length":
+    if batch.ablation in ("cross-length", "zero"):
         return _equal(clean, batch.source[sender][..., dims])
     return _equal(clean, clean[:1])
 

@@ -1,4 +1,4 @@
-"""Circuit discovery on the edge graph, three methods of the literature written for exactlens's hooks:
+"""Circuit discovery on the edge graph, methods of the literature written for exactlens's hooks:
 
 * ``patching`` — activation patching at node level: each sender's output is replaced, on all its
   edges at once, by the source activation (another word's, or the mean); the node's score is the
@@ -7,6 +7,10 @@
   the first-order estimate |(a_source - a_clean) . dM/d(receiver input)| of every edge at once, with
   M the clean decision's logit difference (linear in the logits, so it does not vanish when the
   outputs saturate, as exact constructions' do). Scores edges.
+* ``eap-ig-inputs`` / ``eap-ig-activations`` — EAP with integrated gradients (Hanna et al. 2024, as
+  MIB runs them): the gradient averaged over ``ig_steps`` points between the ablated and the clean
+  embeddings (inputs) or between every node's ablated and clean activation (activations).
+* ``edge-patching`` — exact activation patching of each edge alone (what EAP approximates).
 * ``acdc`` — ACDC-style pruning (Conmy et al. 2023): from the full graph, visit receivers from the
   output backwards and remove each incoming edge whose removal (patching it with its source
   activation, on top of the edges removed so far) raises the divergence by less than ``threshold``.
@@ -34,9 +38,12 @@ from exactlens.errors import ExactLensError
 from exactlens.progress import bar as progress_bar
 from exactlens.tasks import kinds
 
-METHODS = ("patching", "eap", "acdc")
-DEFAULT_THRESHOLD = {"patching": 1e-3, "eap": 1e-2, "acdc": 1e-3}
-"""Each method's own cut: divergence (patching, acdc) or score relative to the largest (eap)."""
+METHODS = ("patching", "eap", "acdc", "eap-ig-inputs", "eap-ig-activations", "edge-patching")
+DEFAULT_THRESHOLD = {"patching": 1e-3, "eap": 1e-2, "acdc": 1e-3, "eap-ig-inputs": 1e-2, "eap-ig-activations": 1e-2,
+                     "edge-patching": 1e-3}
+"""Each method's own cut: divergence (patching, edge-patching, acdc) or score relative to the largest
+(eap and EAP-IG)."""
+DEFAULT_IG_STEPS = 5  # MIB's EAP-IG default
 
 
 def evidence(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
@@ -116,7 +123,7 @@ def _clean_evidence(model, batch: Batch) -> torch.Tensor:
     return evidence(model, batch.clean.logits, batch.n_positions)
 
 
-def _patched_divergence(model, graph: ModelGraph, batch: Batch, edges, clean_before: int = 0) -> float:
+def patched_divergence(model, graph: ModelGraph, batch: Batch, edges, clean_before: int = 0) -> float:
     """``clean_before``: no patched edge reaches the first ``clean_before`` steps, whose clean outputs
     are reused rather than computed again."""
     reuse = {s.node: batch.clean.outputs[s.node] for s in graph.steps[:clean_before]}
@@ -137,23 +144,56 @@ def activation_patching(model, graph: ModelGraph, batches: list[Batch], threshol
     node_scores = {}
     for node in progress_bar(senders, desc="patching nodes", unit="node"):
         out_edges = [e for e in graph.edges if e.sender == node]
-        node_scores[node] = _mean(_patched_divergence(model, graph, b, out_edges) for b in batches)
+        node_scores[node] = _mean(patched_divergence(model, graph, b, out_edges) for b in batches)
     edge_scores = {e: node_scores[e.sender] for e in graph.edges}
     selected = {e for e in graph.edges if node_scores[e.sender] > threshold}
     return Discovery("patching", graph.granularity, edge_scores, node_scores, selected, threshold)
 
 
-def edge_attribution(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Discovery:
+def _interpolated(batch: Batch, node: str, alpha: float) -> torch.Tensor:
+    """The sender's activation a fraction ``alpha`` of the way from its source (ablated) value to its
+    clean one; exactly the clean one at alpha = 1 (so EAP-IG with one step is EAP, bit for bit)."""
+    clean = batch.clean.outputs[node].detach()  # a cached position table may carry a graph
+    if alpha == 1.0:
+        return clean
+    source = batch.source[node].detach()
+    return source + alpha * (clean - source)
+
+
+def _attribution_run(model, graph: ModelGraph, batch: Batch, method: str, alpha: float):
+    """One forward and backward pass of an attribution method at one interpolation step: EAP at the
+    clean input; EAP-IG on inputs with the embeddings interpolated and everything after them computed;
+    EAP-IG on activations with every sender held at its interpolated activation (gradients through
+    each node's own computation)."""
+    reuse = pin = None
+    if method == "eap-ig-inputs" and alpha != 1.0:
+        reuse = {s.node: _interpolated(batch, s.node, alpha) for s in graph.steps if s.kind in ("embed", "pos")}
+    elif method == "eap-ig-activations" and alpha != 1.0:
+        pin = {node: _interpolated(batch, node, alpha) for node in graph.senders}
+    with torch.enable_grad():  # callers may run under no_grad (the diff does)
+        run = run_graph(model, graph, batch.tokens, batch.n_positions, input_grads=True, reuse=reuse, pin=pin)
+        clean = _clean_evidence(model, batch).detach()
+        logit_difference(model, clean, evidence(model, run.logits, batch.n_positions), batch.n_positions).backward()
+    return run
+
+
+def edge_attribution(model, graph: ModelGraph, batches: list[Batch], threshold: float, method: str = "eap",
+                     steps: int = 1) -> Discovery:
+    """EAP (``steps`` = 1) and EAP-IG (Hanna et al. 2024; MIB's eap-ig-inputs / eap-ig-activations):
+    the gradient at each receiver's input averaged over ``steps`` points alpha = k / steps (k = 1 ..
+    steps, a right Riemann sum of the path from the ablated to the clean activations), times the
+    edge's activation difference."""
     totals = {e: 0.0 for e in graph.edges}
     non_finite = seen = 0
-    for batch in progress_bar(batches, desc="eap batches", unit="batch"):
-        with torch.enable_grad():  # callers may run under no_grad (the diff does)
-            run = run_graph(model, graph, batch.tokens, batch.n_positions, input_grads=True)
-            clean = _clean_evidence(model, batch).detach()
-            logit_difference(model, clean, evidence(model, run.logits, batch.n_positions),
-                             batch.n_positions).backward()
+    for batch in progress_bar(batches, desc=f"{method} batches", unit="batch"):
+        grads: dict[str, torch.Tensor] = {}
+        for k in range(1, steps + 1):
+            run = _attribution_run(model, graph, batch, method, k / steps)
+            for target, x in run.inputs.items():
+                if x.grad is not None:
+                    grads[target] = x.grad / steps + grads[target] if target in grads else x.grad / steps
         for e in graph.edges:
-            grad = run.inputs[e.target].grad
+            grad = grads.get(e.target)
             if grad is None:  # the receiver's input does not reach the output (e.g. a dead branch)
                 continue
             seen += grad.numel()
@@ -166,13 +206,28 @@ def edge_attribution(model, graph: ModelGraph, batches: list[Batch], threshold: 
     selected = {e for e, v in edge_scores.items() if top > 0 and v > threshold * top}
     # eps = 0 layer norms: 0/0 at positions no output reads gives NaN gradients, which attention then
     # spreads; their share is reported (Chiang & Cholak's Prop. 2 layer: EAP's ranking fails there)
-    return Discovery("eap", graph.granularity, edge_scores, _node_scores(graph, edge_scores), selected, threshold,
-                     details={"non_finite_gradient_fraction": non_finite / seen if seen else 0.0})
+    details = {"non_finite_gradient_fraction": non_finite / seen if seen else 0.0}
+    if method != "eap":
+        details["ig_steps"] = steps
+    return Discovery(method, graph.granularity, edge_scores, node_scores(graph, edge_scores), selected, threshold,
+                     details=details)
+
+
+def edge_patching(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Discovery:
+    """Exact activation patching of each edge alone (MIB's ``exact``, what EAP approximates): an edge's
+    score is the divergence when it alone reads its source activation."""
+    order = {s.node: i for i, s in enumerate(graph.steps)}
+    edge_scores = {}
+    for edge in progress_bar(graph.edges, desc="edge patching", unit="edge"):
+        edge_scores[edge] = _mean(patched_divergence(model, graph, b, {edge}, order[edge.receiver]) for b in batches)
+    selected = {e for e, v in edge_scores.items() if v > threshold}
+    return Discovery("edge-patching", graph.granularity, edge_scores, node_scores(graph, edge_scores), selected,
+                     threshold)
 
 
 def acdc(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Discovery:
     removed: set[Edge] = set()
-    current = _mean(_patched_divergence(model, graph, b, removed) for b in batches)
+    current = _mean(patched_divergence(model, graph, b, removed) for b in batches)
     edge_scores: dict[Edge, float] = {}
     order = {s.node: i for i, s in enumerate(graph.steps)}
     receivers = [s for s in reversed(graph.steps) if graph.edges_into(s.node)]
@@ -181,7 +236,7 @@ def acdc(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Di
         # every removed edge enters this receiver or a later one: the nodes before it run clean
         before = order[step.node]
         for edge in sorted(graph.edges_into(step.node), reverse=True):
-            trial = _mean(_patched_divergence(model, graph, b, removed | {edge}, before) for b in batches)
+            trial = _mean(patched_divergence(model, graph, b, removed | {edge}, before) for b in batches)
             edge_scores[edge] = max(trial - current, 0.0)
             if trial - current < threshold:
                 removed.add(edge)
@@ -189,16 +244,16 @@ def acdc(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Di
             bar.update(1)
     bar.close()
     selected = set(graph.edges) - removed
-    return Discovery("acdc", graph.granularity, edge_scores, _node_scores(graph, edge_scores), selected, threshold,
+    return Discovery("acdc", graph.granularity, edge_scores, node_scores(graph, edge_scores), selected, threshold,
                      details={"final_divergence": current})
 
 
-def _node_scores(graph: ModelGraph, edge_scores: dict[Edge, float]) -> dict[str, float]:
+def node_scores(graph: ModelGraph, edge_scores: dict[Edge, float]) -> dict[str, float]:
     """A node's score: the largest score of an edge it sends (its relevance to what reads it)."""
     return {n: max((v for e, v in edge_scores.items() if e.sender == n), default=0.0) for n in graph.senders}
 
 
-_RUN = {"patching": activation_patching, "eap": edge_attribution, "acdc": acdc}
+_RUN = {"patching": activation_patching, "acdc": acdc, "edge-patching": edge_patching}
 
 
 def check_threshold(threshold: Any) -> None:
@@ -209,16 +264,24 @@ def check_threshold(threshold: Any) -> None:
         raise ExactLensError(f"threshold must be a finite number >= 0, got {threshold!r}")
 
 
-def discover(model, graph: ModelGraph, batches: list[Batch], method: str, threshold: float | None = None) -> Discovery:
-    """Run one method (``METHODS``) on these batches; ``threshold`` defaults to the method's own."""
+def discover(model, graph: ModelGraph, batches: list[Batch], method: str, threshold: float | None = None,
+             ig_steps: int = DEFAULT_IG_STEPS) -> Discovery:
+    """Run one method (``METHODS``) on these batches; ``threshold`` defaults to the method's own;
+    ``ig_steps``: EAP-IG's interpolation steps (1 gives EAP's scores)."""
     import time
 
     if method not in METHODS:
         raise ExactLensError(f"discovery method {method!r} is unknown; choose one of {', '.join(METHODS)}")
     check_threshold(threshold)
     threshold = DEFAULT_THRESHOLD[method] if threshold is None else threshold
+    if isinstance(ig_steps, bool) or not isinstance(ig_steps, int) or ig_steps < 1:
+        raise ExactLensError(f"ig_steps must be an integer >= 1, got {ig_steps!r}")
     start = time.perf_counter()
     with small_tensor_threads(model):
-        result = _RUN[method](model, graph, batches, float(threshold))
+        if method in ("eap", "eap-ig-inputs", "eap-ig-activations"):
+            steps = 1 if method == "eap" else ig_steps
+            result = edge_attribution(model, graph, batches, float(threshold), method, steps)
+        else:
+            result = _RUN[method](model, graph, batches, float(threshold))
     result.seconds = time.perf_counter() - start
     return result

@@ -12,7 +12,9 @@ import torch
 
 from exactlens.analysis.circuit.ablation import ABLATIONS, Batch, check_circuit, make_batch, mark_constant
 from exactlens.analysis.circuit.correspond import compare_with_circuit
-from exactlens.analysis.circuit.discovery import METHODS, Discovery, check_threshold, discover
+from exactlens.analysis.circuit.discovery import DEFAULT_IG_STEPS, METHODS, Discovery, check_threshold, discover
+from exactlens.analysis.circuit.equivalent import best_match, valid_circuits
+from exactlens.analysis.circuit.faithfulness import METRICS, DivergenceCache, check_metrics, faithfulness, ranked
 from exactlens.analysis.circuit.graph import GRANULARITIES, ModelGraph, model_graph
 from exactlens.analysis.circuit.scoring import score_discovery
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
@@ -96,7 +98,7 @@ def word_batches(model, graph: ModelGraph, lengths: Sequence[int] | None = None,
         ids = draw(length)
         if ablation == "cross-length":
             batches.append(make_batch(model, graph, ids, ablation, seed, draw(source_length(task, length, longest))))
-        elif len(ids) >= 2:
+        elif len(ids) >= 2 or ablation == "zero":  # zero ablation needs no other word
             batches.append(make_batch(model, graph, ids, ablation, seed))
     if not batches:
         raise ExactLensError(f"no length in {lengths} has two or more words of {task.name}; give longer lengths")
@@ -130,10 +132,11 @@ def _resolve(target: Any):
 
 def circuit_report(target: Any, *, granularity: str = "head", lengths: Sequence[int] | None = None,
                    words: int = DEFAULT_WORDS, seed: int = 0, ablation: str = "resample",
-                   check: bool = True) -> dict[str, Any]:
+                   check: bool = True, out: str | None = None, overwrite: bool = False) -> dict[str, Any]:
     """The ground-truth circuit of a construction (by name), a checkpoint or a model, with which of
     its edges are constant on the words, and (``check``) the ablation evidence: decisions changed by
-    ablating every edge outside the circuit (should be 0) and by each edge inside it alone."""
+    ablating every edge outside the circuit (should be 0) and by each edge inside it alone. ``out``:
+    also write the circuit in MIB's circuit file format (exactlens.analysis.circuit.mib)."""
     _check_choice("granularity", granularity, GRANULARITIES)
     _check_choice("ablation", ablation, ABLATIONS)
     check_seed(seed)
@@ -145,7 +148,37 @@ def circuit_report(target: Any, *, granularity: str = "head", lengths: Sequence[
               "lengths": _word_lengths(model, batches), "ablation": ablation, **circuit.to_dict()}
     if check:
         result["check"] = check_circuit(model, circuit, batches).to_dict()
+    if out is not None:
+        result["circuit_file"] = _write_circuit(out, model, circuit.graph, set(circuit.edge_set), None,
+                                                f"the exact circuit of {model.cfg.model_name}", overwrite)
     return result
+
+
+def _write_circuit(out: str, model, graph: ModelGraph, selected, scores, what: str, overwrite: bool) -> str:
+    from exactlens.analysis.circuit.mib import to_mib, write_mib
+
+    return str(write_mib(out, to_mib(model, graph, selected, scores, what=what), overwrite=overwrite))
+
+
+def file_discovery(path: str, model, graph: ModelGraph) -> Discovery:
+    """A circuit from a MIB circuit file as a discovery: its edges selected, its |scores| (1 and 0
+    for a file without scores) ranking them."""
+    from exactlens.analysis.circuit.discovery import node_scores
+    from exactlens.analysis.circuit.mib import from_mib, load_mib
+
+    selected, scores, has_scores = from_mib(load_mib(path), model, graph, where=f"circuit file {path}")
+    return Discovery("file", graph.granularity, scores, node_scores(graph, scores), selected, 0.0,
+                     details={"score_file": str(path), "scored": has_scores})
+
+
+def truth_ranking(circuit: Circuit) -> dict:
+    """The exact circuit as a ranking: its observable edges, then its constant ones, then the rest
+    (no order inside a class: the graph's)."""
+    return {c.edge: 1.0 if c.constant else 2.0 for c in circuit.edges}
+
+
+def faithfulness_fields(cache: DivergenceCache, scores: dict) -> dict[str, Any]:
+    return faithfulness(cache, ranked(cache.graph, scores)).to_dict()
 
 
 def _word_lengths(model, batches: list[Batch]) -> list[int]:
@@ -155,12 +188,21 @@ def _word_lengths(model, batches: list[Batch]) -> list[int]:
 
 def discover_report(target: Any, method: str, *, granularity: str = "head", against: str | None = None,
                     threshold: float | None = None, lengths: Sequence[int] | None = None,
-                    words: int = DEFAULT_WORDS, seed: int = 0, ablation: str = "resample") -> dict[str, Any]:
+                    words: int = DEFAULT_WORDS, seed: int = 0, ablation: str = "resample",
+                    metrics: Sequence[str] | str = METRICS, ig_steps: int = DEFAULT_IG_STEPS,
+                    score_file: str | None = None, out: str | None = None,
+                    overwrite: bool = False) -> dict[str, Any]:
     """Run a discovery method on a target. A construction is scored against its own circuit (ROC,
     AUROC, precision and recall at the method's threshold); any model is compared with the circuit of
     ``against`` (a construction of the same task, run on the same words) after mapping its nodes onto
     the construction's by (layer, head) index (exactlens.analysis.circuit.correspond): the graphs may
-    differ in depth, heads and layer norms."""
+    differ in depth, heads and layer norms.
+
+    ``metrics``: auroc (against the truth) and/or cpr, cmd (MIB's faithfulness curve of the method's
+    ranking, exactlens.analysis.circuit.faithfulness; for a construction the exact circuit's curve
+    beside it). ``score_file``: score the circuit in this MIB circuit file instead of running the
+    method; ``out``: write the method's circuit (its selected edges and scores) as one."""
+    metrics = check_metrics(metrics)
     _check_choice("method", method, METHODS)
     _check_choice("granularity", granularity, GRANULARITIES)
     _check_choice("ablation", ablation, ABLATIONS)
@@ -176,18 +218,32 @@ def discover_report(target: Any, method: str, *, granularity: str = "head", agai
     graph = model_graph(model, granularity)
     batches = word_batches(model, graph, lengths, words, seed, ablation,
                            None if truth_model is None else shared_longest(model, truth_model))
-    found = discover(model, graph, batches, method, threshold)
+    if score_file is not None:
+        found = file_discovery(score_file, model, graph)
+    else:
+        found = discover(model, graph, batches, method, threshold, ig_steps)
     result: dict[str, Any] = {
-        "target": info, "model": model.cfg.model_name, "method": method, "granularity": granularity,
+        "target": info, "model": model.cfg.model_name, "method": found.method, "granularity": granularity,
         "threshold": found.threshold, "ablation": ablation, "lengths": _word_lengths(model, batches),
         "seconds": round(found.seconds, 3), "details": found.details,
         "edges": [{"edge": e.name, "score": float(found.edge_scores.get(e, 0.0)), "selected": e in found.selected}
                   for e in graph.edges],
-        "selected": sorted(e.name for e in found.selected),
+        "selected": sorted(e.name for e in found.selected), "metrics": list(metrics),
     }
+    cache = DivergenceCache(model, graph, batches) if {"cpr", "cmd"} & set(metrics) else None
+    if cache is not None:
+        result.update(faithfulness_fields(cache, found.edge_scores))
+    if out is not None:
+        result["circuit_file"] = _write_circuit(out, model, graph, found.selected, found.edge_scores,
+                                                f"{found.method} on {model.cfg.model_name}", overwrite)
     if truth_model is model:
         circuit = mark_constant(derive_circuit(model, granularity), batches, model)
-        result["score"] = score_discovery(found, circuit).to_dict()
+        if "auroc" in metrics:
+            result["score"] = score_discovery(found, circuit).to_dict()
+            result["equivalent"] = best_match(found.selected, valid_circuits(model, circuit, batches),
+                                              {c.edge for c in circuit.edges if c.constant})
+        if cache is not None:
+            result["exact_circuit"] = faithfulness_fields(cache, truth_ranking(circuit))
     elif truth_model is not None:
         truth_batches = word_batches(truth_model, model_graph(truth_model, granularity), lengths, words, seed, ablation,
                                      shared_longest(model, truth_model))
@@ -229,11 +285,17 @@ def overlap(found: Discovery, circuit: Circuit, graph: ModelGraph, against: str)
 
 def catalogue(names: Sequence[str], *, granularities: Sequence[str] = GRANULARITIES,
               methods: Sequence[str] = METHODS, words: int = 32, span: int = 4, seed: int = 0,
-              ablation: str = "resample") -> list[dict[str, Any]]:
+              ablation: str = "resample", metrics: Sequence[str] | str = METRICS,
+              ig_steps: int = DEFAULT_IG_STEPS) -> list[dict[str, Any]]:
     """Every method on every named construction at every granularity, scored against the ground
-    truth: one row per (construction, granularity, method), with the circuit's size and the scores.
-    Lengths: the task's shortest and the next ``span - 1``; ``words`` per length."""
+    truth: one row per (construction, granularity, method), with the circuit's size, the scores, the
+    faithfulness curve with CPR and CMD (``metrics``), the exact circuit's CPR and CMD beside them, and
+    the seconds the method and its curve took. Lengths: the task's shortest and the next
+    ``span - 1``; ``words`` per length."""
     _check_choice("ablation", ablation, ABLATIONS)
+    metrics = check_metrics(metrics)
+    import time
+
     from exactlens.progress import bar
 
     rows = []
@@ -245,9 +307,17 @@ def catalogue(names: Sequence[str], *, granularities: Sequence[str] = GRANULARIT
             graph = model_graph(model, granularity)
             batches = word_batches(model, graph, lengths, words, seed, ablation)
             circuit = mark_constant(derive_circuit(model, granularity), batches, model)
+            cache = DivergenceCache(model, graph, batches) if {"cpr", "cmd"} & set(metrics) else None
+            exact = faithfulness_fields(cache, truth_ranking(circuit)) if cache is not None else {}
             for method in methods:
-                found = discover(model, graph, batches, method)
+                found = discover(model, graph, batches, method, ig_steps=ig_steps)
                 score = score_discovery(found, circuit).to_dict()
                 score.pop("roc")
-                rows.append({"construction": name, "lengths": _word_lengths(model, batches), **score})
+                row = {"construction": name, "lengths": _word_lengths(model, batches), "ablation": ablation, **score}
+                if cache is not None:
+                    start = time.perf_counter()
+                    row.update(faithfulness_fields(cache, found.edge_scores))
+                    row["faithfulness_seconds"] = round(time.perf_counter() - start, 3)
+                    row["exact_cpr"], row["exact_cmd"] = exact["cpr"], exact["cmd"]
+                rows.append(row)
     return rows

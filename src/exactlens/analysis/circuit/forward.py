@@ -35,13 +35,16 @@ def run_graph(
     source: Mapping[str, torch.Tensor] | None = None,
     input_grads: bool = False,
     reuse: Mapping[str, torch.Tensor] | None = None,
+    pin: Mapping[str, torch.Tensor] | None = None,
 ) -> GraphRun:
     """Run the model edge by edge. Edges in ``patched`` read ``source[sender]`` (same shape as the
     sender's output, or broadcastable to it: a mean [1, pos, d_model]). ``input_grads``: the
     receivers' inputs keep their gradients (edge attribution patching reads them). ``reuse``: outputs
     of nodes taken as given instead of computed (the caller vouches that no patch reaches them, e.g.
     a clean run's outputs of every node before the first patched receiver; their inputs are not
-    recorded)."""
+    recorded). ``pin``: nodes whose output takes this value (broadcastable) while gradients still
+    flow through the node's own computation (EAP-IG on activations: every node at an interpolated
+    activation, the gradient that of the path through it)."""
     patched = set(patched)
     if patched and source is None:
         raise ValueError("patched edges need source activations")
@@ -59,6 +62,8 @@ def run_graph(
     def read(step: Step, slot: str | None) -> torch.Tensor:
         parts = [source[s] if Edge(s, step.node, slot) in patched else outputs[s] for s in step.reads]
         x = torch.stack(torch.broadcast_tensors(*parts)).sum(0) + bias
+        if x.shape[0] != tokens.shape[0]:  # every part a mean or zero [1, pos, d]: one row per word still
+            x = x.expand(tokens.shape[0], *x.shape[1:]).clone()
         if input_grads:
             x.retain_grad() if x.requires_grad else x.requires_grad_(True)
         inputs[Edge(step.reads[0], step.node, slot).target] = x
@@ -90,6 +95,9 @@ def run_graph(
         else:  # output
             x = read(step, None)
             logits = model.unembed(model.ln_final(x) if cfg.final_ln else x)
+        if pin and step.node in pin and given is None:
+            out = outputs[step.node]
+            outputs[step.node] = out + (pin[step.node] - out).detach()
         # the stream's constant: b_O once a layer's heads are done; a norm (or an FFN without
         # residual) starts a new segment
         if step.kind == "head" and step.head == cfg.n_heads - 1:
