@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from exactlens.requests import Float, Int, option
+from exactlens.requests import Float, Int, Lengths, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
 from exactlens.verbs.common import device_option
@@ -29,6 +29,8 @@ class HullRequest:
     tol: float = option(1e-9, kind=Float(0.0, 1.0, open_lo=True, open_hi=True),
                         help="relative tolerance of the hull check (default 1e-9)")
     seed: int = option(0, kind=Int(0), help="seed of the sampled words / tokens / keys")
+    lengths: list | None = option(None, kind=Lengths(1), help="word lengths whose keys are checked, A:B[:STEP] or "
+                                  "a,b,c (default: a few up to the construction's longest)")
     device: Any = device_option("the model runs there; keys come back to the CPU for the linear programs")
 
 
@@ -42,7 +44,8 @@ def run(request: HullRequest) -> Result:
         tell("hull: no target given; unselectable random keys without and with layer norm (on the CPU)")
         return Result("hull", {**random_keys(seed=request.seed, tol=request.tol), "device": "cpu"})
     tell(f"hull: analysing {request.target}")
-    return Result("hull", hull_report(request.target, tol=request.tol, seed=request.seed, device=request.device))
+    return Result("hull", hull_report(request.target, tol=request.tol, seed=request.seed, lengths=request.lengths,
+                                      device=request.device))
 
 
 def _pct(x: float | None) -> str:
