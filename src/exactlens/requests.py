@@ -34,6 +34,11 @@ __all__ = [
 ]
 
 
+LARGEST_INT = 2**40
+"""Every integer option is within +-2^40: larger counts cannot fit anywhere, and larger seeds overflow
+inside torch's generators."""
+
+
 # ---- kinds: what a value may be ---------------------------------------------------------------------------
 
 
@@ -119,6 +124,8 @@ class Int(Kind):
         value = int(value)
         if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
             raise self.refuse(name, value)
+        if abs(value) > LARGEST_INT:  # no count, seed or width of ours is that large; torch would overflow
+            raise self.refuse(name, value, f" (at most 2^40 = {LARGEST_INT})")
         return value
 
     def parse(self, name: str, text: str) -> Any:
