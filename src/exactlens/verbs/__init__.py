@@ -46,7 +46,8 @@ class VerbSpec:
 
 VERBS: dict[str, Any] = Registry("verbs")
 
-CORE_VERBS = ("listing", "build", "verify", "precision", "train", "diff", "hull", "circuit", "discover", "report")
+CORE_VERBS = ("listing", "task", "build", "verify", "precision", "train", "diff", "hull", "circuit", "discover",
+              "report")
 """The core's verb modules (exactlens.verbs.<name>); each registers its spec when imported."""
 
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from exactlens.errors import ExactLensError
 from exactlens.requests import Choice, Float, Text, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.circuit import EdgeOptions
+from exactlens.verbs.circuit import EdgeOptions, foreign_target
 from exactlens.verbs.common import pyplot
 
 __all__ = ["DiscoverRequest", "format_discover_text", "run"]
@@ -38,11 +39,18 @@ class DiscoverRequest(EdgeOptions):
 def run(request: DiscoverRequest) -> Result:
     from exactlens.analysis.circuit.evaluate import discover_report
 
-    tell(f"discover: {request.method} on {request.target}")
-    return Result("discover", discover_report(
-        request.target, request.method, granularity=request.granularity, against=request.against,
+    target, foreign = foreign_target(request)
+    if foreign is not None and request.against is None:
+        raise ExactLensError(f"{foreign['source']} has no ground-truth circuit of its own: give against=NAME, a "
+                             f"construction of task {foreign['task']['name']!r} (see `exactlens list`)")
+    tell(f"discover: {request.method} on {request.target if foreign is None else foreign['source']}")
+    data = discover_report(
+        target, request.method, granularity=request.granularity, against=request.against,
         threshold=request.threshold, lengths=request.lengths, words=request.words, seed=request.seed,
-        ablation=request.ablation))
+        ablation=request.ablation)
+    if foreign is not None:
+        data["foreign"] = foreign
+    return Result("discover", data)
 
 
 def _f(x: float | None) -> str:
