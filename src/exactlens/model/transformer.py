@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import warnings
-
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -512,14 +511,16 @@ class ExactTransformer(HookedRootModule):
 
     # ---- exports to TransformerLens ------------------------------------------
 
-    def to_hooked_transformer(self, length: int | None = None, *, positions: int | None = None, symbols: int | None = None):
+    def to_hooked_transformer(self, length: int | None = None, *, positions: int | None = None,
+                              symbols: int | None = None):
         """A TransformerLens 3.x HookedTransformer with the same outputs (see exactlens.model.export): built for
         ``positions`` (``length``: its older name; special tokens included) or ``symbols`` (a word's length)."""
         from exactlens.model.export import to_hooked_transformer
 
         return to_hooked_transformer(self, length=length, positions=positions, symbols=symbols)
 
-    def to_bridge(self, length: int | None = None, *, positions: int | None = None, symbols: int | None = None):
+    def to_bridge(self, length: int | None = None, *, positions: int | None = None,
+                  symbols: int | None = None):
         """A TransformerLens 4.x TransformerBridge with the same outputs (see exactlens.model.export): built for
         ``positions`` (``length``: its older name; special tokens included) or ``symbols`` (a word's length)."""
         from exactlens.model.export import to_bridge
