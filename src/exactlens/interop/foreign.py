@@ -206,7 +206,12 @@ def _check_same(model: Any, exact: Any, task: Any, readout: Readout, f: dict[str
     tokens = torch.randint(0, f["d_vocab"], (8, n), generator=gen)
     n_pos = torch.full((8,), n)
     device = next(iter(model.parameters())).device
-    theirs = readout.apply(task, model(tokens.to(device)).detach().cpu().to(exact.cfg.torch_dtype), n_pos)
+    training = model.training
+    model.eval()  # dropout off (a Hugging Face model is built in training mode)
+    try:
+        theirs = readout.apply(task, model(tokens.to(device)).detach().cpu().to(exact.cfg.torch_dtype), n_pos)
+    finally:
+        model.train(training)
     ours = exact.select_readout(exact(tokens), n_pos)
     if ours.shape != theirs.shape:
         raise ExactLensError(f"cannot read {f['source']}: its outputs have shape {tuple(theirs.shape)}, the copy's "
@@ -252,15 +257,18 @@ def foreign_task(model: Any, task: Any) -> Any:
 def untrained_copy(model: Any) -> tuple[Any | None, str]:
     """A copy of a foreign model re-initialized by its own initializer, or None and why not."""
     fresh = copy.deepcopy(model)
-    init = getattr(fresh, "init_weights", None)
-    if callable(init):
-        init()
-        return fresh, f"{type(model).__name__}.init_weights"
     original = getattr(fresh, "original_model", None)
     hf_init = getattr(original, "_init_weights", None)
-    if callable(hf_init):
+    if callable(hf_init):  # a bridge over a Hugging Face model: the model's own _init_weights, module by module
         original.apply(hf_init)
         return fresh, f"{type(original).__name__}._init_weights"
+    init = getattr(fresh, "init_weights", None)
+    if callable(init):
+        try:
+            init()
+        except RuntimeError as err:
+            return None, f"{type(model).__name__}.init_weights refused: {err}"
+        return fresh, f"{type(model).__name__}.init_weights"
     return None, f"{type(model).__name__} has no initializer (init_weights or a Hugging Face _init_weights)"
 
 
@@ -279,6 +287,7 @@ def readout_warning(model: Any, exact: Any, task: Any, readout: Any, lengths: li
     readout = parse_readout(readout) or default_readout(task)
     gen = torch.Generator().manual_seed(seed)
     device = next(iter(model.parameters())).device
+    model.eval()  # the diff runs it in eval mode too
     rows = []
     for length in lengths[-3:]:
         ids = task.words(length, WARN_WORDS, gen, exhaustive_limit=WARN_WORDS)[0]
