@@ -271,17 +271,25 @@ def export_positions(model: ExactTransformer, length: int | None = None, positio
 
 
 def guard_positions(exported: Any, model: ExactTransformer, n_ctx: int) -> Any:
-    """An export of positional features (a table for one length) refuses tokens of any other number of
-    positions, which it would answer silently wrong."""
-    if model.cfg.learned_positions:
+    """An export of positional features (a table for one length) refuses tokens of a number of positions at
+    which the table's rows differ from the features (e.g. i/n), which it would answer silently wrong; shorter
+    inputs whose features do not depend on n (e.g. I[i=1]) are kept."""
+    cfg = model.cfg
+    if cfg.learned_positions:
         return exported
+    names = cfg.positional_features
+    dtype = torch.float64
+    table = evaluate_features(names, n_ctx, torch.tensor([n_ctx]), dtype)[0]
+    exact_at = {m for m in range(1, n_ctx + 1)
+                if torch.equal(evaluate_features(names, m, torch.tensor([m]), dtype)[0], table[:m])}
 
     def check(module: Any, args: tuple) -> None:
         tokens = args[0] if args else None
-        if isinstance(tokens, torch.Tensor) and tokens.shape[-1] != n_ctx:
+        if isinstance(tokens, torch.Tensor) and tokens.shape[-1] not in exact_at:
             raise ExactLensError(
-                f"this export of {model.cfg.model_name} holds its positional features for {n_ctx} positions (special "
-                f"tokens included), got {tokens.shape[-1]}: export again with positions= (or symbols=) for that length")
+                f"this export of {cfg.model_name} holds its positional features ({', '.join(names)}) for {n_ctx} "
+                f"positions (special tokens included), got {tokens.shape[-1]}, where they differ: export again with "
+                f"positions= (or symbols=) for that length (exact here at {sorted(exact_at)} positions)")
 
     exported.register_forward_pre_hook(check)
     return exported
