@@ -47,7 +47,7 @@ test-main: setup setup-browser
 	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS) -n 2 -m "not slow"
 
 test-tl39: setup-tl39
-	$(VENV_TL39)/bin/python -m pytest $(PYTEST_FLAGS) -m export tests/model/test_export.py
+	$(VENV_TL39)/bin/python -m pytest $(PYTEST_FLAGS) -m "export or tl39" tests/model/test_export.py tests/model/test_tl_habits.py tests/interop/test_foreign.py
 
 test-slow: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS) -m slow

@@ -186,15 +186,26 @@ def test_flawed_first_against_first_section_5_2() -> None:
 
 
 def test_bridge_export_against_its_construction() -> None:
+    """A bridge is read as an ExactTransformer copy (its weights, outputs checked equal), so every part
+    applies, the circuit too; read through its hooks (a callable readout) it has no weights-read circuit."""
     pytest.importorskip("transformer_lens.model_bridge")
     bridge = build("first", dtype="float64").to_bridge(length=9)
     result = diff(bridge, "first", lengths=[1, 2, 4, 8], strings=16, parts=("behaviour", "probes", "attention"))
     assert result["behaviour"]["agreement"] == 1.0
-    assert result["trained"]["vocab_check"].startswith("size only")
+    assert result["trained"]["kind"] == "foreign" and result["trained"]["imported"]
+    assert result["trained"]["vocab_check"] == "names" and result["settings"]["readout"] == "cls"
     assert all(m["distance"] < 1e-9 for m in result["attention"]["matching"])
     assert all(f["best_r2"] > 0.9999 for f in result["probes"]["features"] if not f["constant"])
     circuit = diff(bridge, "first", lengths=[2, 4], strings=8, parts=("circuit",))["circuit"]
-    assert not circuit["available"] and "TransformerBridge" in circuit["reason"]
+    assert circuit["available"] and circuit["edges"]["jaccard"] == 1.0
+
+    def at_cls(logits, n_positions):
+        return logits[:, 0, 0]
+
+    hooked = diff(bridge, "first", lengths=[2, 4], strings=8, parts=("behaviour", "circuit"), readout=at_cls)
+    assert hooked["behaviour"]["agreement"] == 1.0 and "callable" in hooked["trained"]["import_refused"]
+    assert hooked["trained"]["vocab_check"].startswith("size only")
+    assert not hooked["circuit"]["available"] and "TransformerBridge" in hooked["circuit"]["reason"]
 
 
 def test_bad_input() -> None:

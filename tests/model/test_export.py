@@ -229,9 +229,10 @@ def test_length_dependent_features_hold_only_at_the_export_length(target: str) -
     exported = EXPORTS[target](model, length=6)
     assert exported.cfg.n_ctx == 6
     short = tokens_for(model.cfg, 4)
+    with torch.no_grad(), pytest.raises(ExactLensError, match="for 6 positions.*got 4"):
+        exported(short)  # i/n and I[i=n-1] at n=4 differ from the table built for n=6: refused, not wrong
     with torch.no_grad():
-        differs = (model(short) - exported(short)).abs().max()
-    assert differs > 1e-3, "i/n and I[i=n-1] at n=4 should differ from the table built for n=6"
+        assert (model(tokens_for(model.cfg, 6)) - exported(tokens_for(model.cfg, 6))).abs().max() < 1e-9
 
 
 @pytest.mark.parametrize("target", TARGET_PARAMS)

@@ -252,13 +252,59 @@ def _common_fields(cfg: ExactConfig, n_ctx: int) -> dict[str, Any]:
     )
 
 
-def to_hooked_transformer(model: ExactTransformer, length: int | None = None) -> Any:
+def export_positions(model: ExactTransformer, length: int | None = None, positions: int | None = None,
+                     symbols: int | None = None) -> int | None:
+    """The number of positions an export is built for, from ``positions`` (``length`` is its older name:
+    positions, special tokens included) or ``symbols`` (a word's length: the task's [CLS]/[EOS] are added)."""
+    given = {k: v for k, v in (("length", length), ("positions", positions), ("symbols", symbols)) if v is not None}
+    if len(given) > 1:
+        raise ExactLensError(f"give one of positions= (length=, its older name) or symbols=, got {sorted(given)}")
+    if symbols is None:
+        return positions if positions is not None else length
+    if isinstance(symbols, bool) or not isinstance(symbols, int) or symbols < 0:
+        raise ExactLensError(f"symbols= is a word length (an integer >= 0), got {symbols!r}")
+    if model.cfg.task is None:
+        raise ExactLensError("symbols= needs the model's task (cfg.task) to add its special tokens; give positions=")
+    from exactlens import tasks
+
+    return symbols + tasks.of_model(model).n_specials
+
+
+def guard_positions(exported: Any, model: ExactTransformer, n_ctx: int) -> Any:
+    """An export of positional features (a table for one length) refuses tokens of a number of positions at
+    which the table's rows differ from the features (e.g. i/n), which it would answer silently wrong; shorter
+    inputs whose features do not depend on n (e.g. I[i=1]) are kept."""
+    cfg = model.cfg
+    if cfg.learned_positions:
+        return exported
+    names = cfg.positional_features
+    dtype = torch.float64
+    table = evaluate_features(names, n_ctx, torch.tensor([n_ctx]), dtype)[0]
+    exact_at = {m for m in range(1, n_ctx + 1)
+                if torch.equal(evaluate_features(names, m, torch.tensor([m]), dtype)[0], table[:m])}
+
+    def check(module: Any, args: tuple) -> None:
+        tokens = args[0] if args else None
+        if isinstance(tokens, torch.Tensor) and tokens.shape[-1] not in exact_at:
+            raise ExactLensError(
+                f"this export of {cfg.model_name} holds its positional features ({', '.join(names)}) for {n_ctx} "
+                f"positions (special tokens included), got {tokens.shape[-1]}, where they differ: export again with "
+                f"positions= (or symbols=) for that length (exact here at {sorted(exact_at)} positions)")
+
+    exported.register_forward_pre_hook(check)
+    return exported
+
+
+def to_hooked_transformer(model: ExactTransformer, length: int | None = None, *, positions: int | None = None,
+                          symbols: int | None = None) -> Any:
     """A TransformerLens < 4 ``HookedTransformer`` computing the same logits.
 
-    ``length``: number of positions the export is built for (required for
-    positional features of (i, n); the export is then equivalent only at exactly
-    that length). Raises ExactLensError listing every unsupported feature.
+    ``positions`` (``length``, its older name): number of positions the export is built for, special tokens
+    included; or ``symbols``: a word's length, the task's special tokens added (one of them is required for
+    positional features of (i, n); the export is then equivalent only at exactly that length, and refuses
+    tokens of another length). Raises ExactLensError listing every unsupported feature.
     """
+    length = export_positions(model, length, positions, symbols)
     major = transformer_lens_major()
     if major >= 4:
         raise ExactLensError(
@@ -285,14 +331,15 @@ def to_hooked_transformer(model: ExactTransformer, length: int | None = None) ->
             raise ExactLensError(f"internal export error: {key} {tuple(value.shape)} vs {tuple(target[key].shape)}")
         target[key] = value.to(target[key].dtype)
     tl_model.load_state_dict(target, strict=True)
-    return tl_model.eval()
+    return guard_positions(tl_model.eval(), model, n_ctx)
 
 
-def to_bridge(model: ExactTransformer, length: int | None = None) -> Any:
+def to_bridge(model: ExactTransformer, length: int | None = None, *, positions: int | None = None,
+              symbols: int | None = None) -> Any:
     """A TransformerLens >= 4 ``TransformerBridge`` computing the same logits.
 
     Built with ``TransformerBridge.boot_native`` and loaded with
-    ``convert_tl_checkpoint``. ``length`` as for :func:`to_hooked_transformer`.
+    ``convert_tl_checkpoint``. ``positions``/``length``/``symbols`` as for :func:`to_hooked_transformer`.
     Raises ExactLensError listing every unsupported feature. Do not call the
     bridge's ``enable_compatibility_mode()``: it would process (fold, center)
     the weights.
@@ -303,6 +350,7 @@ def to_bridge(model: ExactTransformer, length: int | None = None) -> Any:
             f"to_bridge needs TransformerLens >= 4 (TransformerBridge.boot_native), but TransformerLens {major}.x is "
             "installed; use to_hooked_transformer (a HookedTransformer) instead"
         )
+    length = export_positions(model, length, positions, symbols)
     _raise_problems(export_problems(model, "bridge", length), "bridge")
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge import TransformerBridge
@@ -327,4 +375,4 @@ def to_bridge(model: ExactTransformer, length: int | None = None) -> Any:
     result = bridge.load_state_dict(converted, strict=True)
     if getattr(result, "missing_keys", None) or getattr(result, "unexpected_keys", None):  # pragma: no cover
         raise ExactLensError(f"internal export error: {result}")
-    return bridge.eval()
+    return guard_positions(bridge.eval(), model, n_ctx)

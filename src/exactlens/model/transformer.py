@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -302,9 +303,17 @@ class ExactTransformer(HookedRootModule):
         return of_model(self)
 
     def to_tokens(self, words: str | Sequence[str | Sequence[str]]) -> torch.Tensor:
-        """Token ids [batch, pos] of words of the model's task (its tokenizer adds [CLS]/[EOS]; words of
-        different lengths are right-padded: use ``to_tokens_and_positions`` to get n_positions)."""
-        return self.to_tokens_and_positions(words)[0]
+        """Token ids [batch, pos] of words of one length of the model's task (its tokenizer adds [CLS]/[EOS]).
+
+        Words of different lengths are refused: their padding is a real token id, which the model would read
+        as symbols; ``to_tokens_and_positions`` gives the padded batch with n_positions, which the model masks."""
+        tokens, n_positions = self.to_tokens_and_positions(words)
+        if len(n_positions) and bool((n_positions != n_positions[0]).any()):
+            raise ExactLensError(
+                f"to_tokens: the words have different lengths ({sorted(set(n_positions.tolist()))} positions); "
+                "padding them would add real symbols. Use tokens, n_positions = model.to_tokens_and_positions(words) "
+                "and model(tokens, n_positions=n_positions) (padding masked), or words of one length")
+        return tokens
 
     def to_tokens_and_positions(self, words: str | Sequence[str | Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens [batch, pos], n_positions [batch]): pass both to the model for padded batches."""
@@ -338,10 +347,38 @@ class ExactTransformer(HookedRootModule):
         """The residual-stream direction of each *output* (a column of W_U) [..., d_model]: what
         ``ActivationCache.logit_attrs`` and direct logit attribution read. Outputs are the readout's
         classes (index 0 is the single logit of a sigmoid readout), not input tokens."""
+        self._warn_post_ln()
         index = torch.as_tensor(tokens, dtype=torch.long)
         if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.cfg.d_vocab_out):
             raise ExactLensError(f"outputs index the readout's {self.cfg.d_vocab_out} classes, got {index.tolist()}")
         return self.W_U[:, index].movedim(0, -1)
+
+    def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> torch.Tensor:
+        """The output biases (attention b_O, FFN b_out) written to the residual stream before layer ``layer``'s
+        input (``mlp_input``: also that layer's attention b_O), [d_model]: what TransformerLens's
+        ``ActivationCache.get_full_resid_decomposition`` adds as its bias term."""
+        if not 0 <= layer <= self.cfg.n_layers or (mlp_input and layer == self.cfg.n_layers):
+            raise ExactLensError(f"accumulated_bias: layer must be in 0..{self.cfg.n_layers} (an MLP input: below "
+                                 f"{self.cfg.n_layers}), got {layer}")
+        self._warn_post_ln()
+        total = torch.zeros(self.cfg.d_model, dtype=self.cfg.torch_dtype, device=self.W_E.device)
+        for i in range(layer + int(mlp_input)):
+            block = self.blocks[i]
+            b_o = getattr(block.attn, "b_O", None)
+            total = total + (b_o if b_o is not None else 0)
+            mlp = getattr(block, "mlp", None)
+            if include_mlp_biases and i < layer and mlp is not None and getattr(mlp, "b_out", None) is not None:
+                total = total + mlp.b_out
+        return total
+
+    def _warn_post_ln(self) -> None:
+        """Once per model: a post-LN model's residual stream is not the sum of its components' writes."""
+        if "post" in self.cfg.per_layer("normalization") and not getattr(self, "_warned_post_ln", False):
+            self._warned_post_ln = True
+            warnings.warn(
+                f"{self.cfg.model_name} is post-LN: each layer norm rescales the stream after the residual add, so "
+                "logit attributions and residual decompositions of its hooks are not additive (their sum is not "
+                "the logit)", UserWarning, stacklevel=3)
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, ActivationCache]:
         """Like HookedRootModule.run_with_cache, with a TransformerLens ActivationCache."""
@@ -496,14 +533,18 @@ class ExactTransformer(HookedRootModule):
 
     # ---- exports to TransformerLens ------------------------------------------
 
-    def to_hooked_transformer(self, length: int | None = None):
-        """A TransformerLens 3.x HookedTransformer with the same outputs (see exactlens.model.export)."""
+    def to_hooked_transformer(self, length: int | None = None, *, positions: int | None = None,
+                              symbols: int | None = None):
+        """A TransformerLens 3.x HookedTransformer with the same outputs (see exactlens.model.export): built for
+        ``positions`` (``length``: its older name; special tokens included) or ``symbols`` (a word's length)."""
         from exactlens.model.export import to_hooked_transformer
 
-        return to_hooked_transformer(self, length=length)
+        return to_hooked_transformer(self, length=length, positions=positions, symbols=symbols)
 
-    def to_bridge(self, length: int | None = None):
-        """A TransformerLens 4.x TransformerBridge with the same outputs (see exactlens.model.export)."""
+    def to_bridge(self, length: int | None = None, *, positions: int | None = None,
+                  symbols: int | None = None):
+        """A TransformerLens 4.x TransformerBridge with the same outputs (see exactlens.model.export): built for
+        ``positions`` (``length``: its older name; special tokens included) or ``symbols`` (a word's length)."""
         from exactlens.model.export import to_bridge
 
-        return to_bridge(self, length=length)
+        return to_bridge(self, length=length, positions=positions, symbols=symbols)

@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from exactlens.requests import Bool, Choice, Int, Lengths, Path_, option
+from exactlens.errors import ExactLensError
+from exactlens.interop.readout import ReadoutKind
+from exactlens.requests import Bool, Choice, Int, Lengths, Path_, Text, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
 
@@ -41,6 +43,23 @@ class EdgeOptions:
                                 "resample")
     seed: int = option(0, kind=Int(0), help="seed of the sampled words, the resample order and the cross-length "
                        "pairing")
+    task: str | None = option(None, kind=Text(), metavar="NAME",
+                              help="the task of a model that records none (a TransformerLens or Hugging Face model; "
+                                   "see `exactlens task NAME`)")
+    readout: Any = option(None, kind=ReadoutKind(), metavar="POSITION[/OUTPUTS]",
+                          help="where such a model answers and which outputs (cls, last, every or a position, "
+                               "optionally /K, /A-B, /A:B; default: the task's)")
+
+
+def foreign_target(request: Any) -> tuple[Any, dict[str, Any] | None]:
+    """The request's target, or the ExactTransformer copy of a model exactlens did not build (with what was
+    imported); ``task``/``readout`` for an exactlens model or a checkpoint are refused."""
+    from exactlens.interop.foreign import is_foreign, resolve_model
+
+    if not is_foreign(request.target) and request.task is not None:
+        raise ExactLensError("task applies to a model exactlens did not build (a HookedTransformer, a "
+                             "TransformerBridge), which records no task; an exactlens model answers its own")
+    return resolve_model(request.target, request.task, request.readout)
 
 
 @dataclass(frozen=True)
@@ -56,8 +75,14 @@ def run(request: CircuitRequest) -> Result:
     from exactlens.analysis.circuit.evaluate import circuit_report
     from exactlens.viz.circuit import circuit_svg
 
+    target, foreign = foreign_target(request)
+    if foreign is not None:
+        raise ExactLensError(
+            f"circuit reads the circuit off a construction's weights (its named residual features); "
+            f"{foreign['source']} has none: run `discover` with against=NAME (el.discover(model, 'eap', "
+            f"against=..., task={foreign['task']['name']!r})) to find its circuit and compare it with a construction's")
     tell(f"circuit: deriving the circuit of {request.target}")
-    data = circuit_report(request.target, granularity=request.granularity, lengths=request.lengths,
+    data = circuit_report(target, granularity=request.granularity, lengths=request.lengths,
                           words=request.words, seed=request.seed, ablation=request.ablation, check=request.check,
                           out=request.out, overwrite=request.overwrite)
     return Result("circuit", data, svg=circuit_svg(data))

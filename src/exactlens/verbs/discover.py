@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from exactlens.errors import ExactLensError
 from exactlens.requests import Bool, Choice, Float, Int, Path_, Text, TextList, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.circuit import EdgeOptions
+from exactlens.verbs.circuit import EdgeOptions, foreign_target
 from exactlens.viz.backend import pyplot
 
 __all__ = ["DiscoverRequest", "format_discover_text", "run"]
@@ -50,13 +51,20 @@ class DiscoverRequest(EdgeOptions):
 def run(request: DiscoverRequest) -> Result:
     from exactlens.analysis.circuit.evaluate import discover_report
 
+    target, foreign = foreign_target(request)
+    if foreign is not None and request.against is None and not request.score_file:
+        raise ExactLensError(f"{foreign['source']} has no ground-truth circuit of its own: give against=NAME, a "
+                             f"construction of task {foreign['task']['name']!r} (see `exactlens list`)")
     what = f"the circuit of {request.score_file}" if request.score_file else request.method
-    tell(f"discover: {what} on {request.target}")
-    return Result("discover", discover_report(
-        request.target, request.method, granularity=request.granularity, against=request.against,
+    tell(f"discover: {what} on {request.target if foreign is None else foreign['source']}")
+    data = discover_report(
+        target, request.method, granularity=request.granularity, against=request.against,
         threshold=request.threshold, lengths=request.lengths, words=request.words, seed=request.seed,
         ablation=request.ablation, metrics=request.metrics, ig_steps=request.ig_steps, score_file=request.score_file,
-        out=request.out, overwrite=request.overwrite))
+        out=request.out, overwrite=request.overwrite)
+    if foreign is not None:
+        data["foreign"] = foreign
+    return Result("discover", data)
 
 
 def _f(x: float | None) -> str:

@@ -10,9 +10,11 @@ experiment of Brody et al.'s Fig. 1c/1d).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from os import PathLike
 from typing import Any
 
-from exactlens.requests import Float, Int, Lengths, option
+from exactlens.interop.readout import ReadoutKind
+from exactlens.requests import Float, Int, Lengths, Text, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
 from exactlens.verbs.common import device_option
@@ -32,6 +34,11 @@ class HullRequest:
     lengths: list | None = option(None, kind=Lengths(1), help="word lengths whose keys are checked, A:B[:STEP] or "
                                   "a,b,c (default: a few up to the construction's longest)")
     device: Any = device_option("the model runs there; keys come back to the CPU for the linear programs")
+    task: str | None = option(None, kind=Text(), metavar="NAME",
+                              help="the task of a model that records none (a TransformerLens or Hugging Face model): "
+                                   "its words are sampled")
+    readout: Any = option(None, kind=ReadoutKind(), metavar="POSITION[/OUTPUTS]",
+                          help="where such a model answers (default: the task's; see `exactlens task NAME`)")
 
 
 def run(request: HullRequest) -> Result:
@@ -43,9 +50,42 @@ def run(request: HullRequest) -> Result:
         resolve_device(request.device)  # a device that is not there is refused here too
         tell("hull: no target given; unselectable random keys without and with layer norm (on the CPU)")
         return Result("hull", {**random_keys(seed=request.seed, tol=request.tol), "device": "cpu"})
-    tell(f"hull: analysing {request.target}")
-    return Result("hull", hull_report(request.target, tol=request.tol, seed=request.seed, lengths=request.lengths,
-                                      device=request.device))
+    from exactlens.verbs.circuit import foreign_target
+
+    target, foreign = foreign_target(request)
+    tell(f"hull: analysing {request.target if foreign is None else foreign['source']}")
+    if isinstance(target, (str, PathLike)):
+        data = hull_report(target, tol=request.tol, seed=request.seed, lengths=request.lengths,
+                           device=request.device)
+    else:
+        data = model_report(target, request, foreign)
+    if foreign is not None:
+        data["foreign"] = foreign
+    return Result("hull", data)
+
+
+def model_report(model: Any, request: HullRequest, foreign: dict[str, Any] | None) -> dict[str, Any]:
+    """hull_report's checkpoint analysis on a model object (an ExactTransformer, or a foreign model's copy):
+    uniformly random token ids of its vocabulary at the default numbers of positions (capped at n_ctx)."""
+    import torch
+
+    from exactlens.analysis.hull_model import DEFAULT_CHECKPOINT_POSITIONS, _pad, unselectable_by_layer
+    from exactlens.devices import device_name, resolve_device
+    from exactlens.errors import ExactLensError
+    from exactlens.model import ExactTransformer
+
+    if not isinstance(model, ExactTransformer):
+        raise ExactLensError(f"hull takes a checkpoint directory, a construction name or a model (an "
+                             f"ExactTransformer, HookedTransformer or TransformerBridge), got {type(model).__name__}")
+    cfg = model.cfg
+    where = resolve_device(request.device, cfg.dtype)
+    gen = torch.Generator().manual_seed(int(request.seed))
+    wanted = sorted({min(n, cfg.n_ctx) if cfg.learned_positions else n for n in DEFAULT_CHECKPOINT_POSITIONS})
+    tokens, n_positions = _pad([torch.randint(0, cfg.d_vocab, (4, n), generator=gen) for n in wanted])
+    info = {"kind": "foreign" if foreign else "model", "name": cfg.model_name, "dtype": cfg.dtype,
+            "positions": wanted, "sequences_per_length": 4, "tokens": "uniform random ids", "seed": int(request.seed)}
+    result = unselectable_by_layer(model.to(where), tokens, n_positions=n_positions, tol=request.tol)
+    return {"target": info, **result, "device": device_name(where)}
 
 
 def _pct(x: float | None) -> str:

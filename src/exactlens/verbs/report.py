@@ -13,8 +13,8 @@ from exactlens.verbs.common import device_option
 
 @dataclass(frozen=True)
 class ReportRequest:
-    names: tuple | None = option(None, kind=TextList(what="a list of construction names"), positional=True, nargs="*", metavar="names",
-                                 help="constructions to include (default: all)")
+    names: tuple | None = option(None, kind=TextList(what="a list of construction names"), positional=True,
+                                 nargs="*", metavar="names", help="constructions to include (default: all)")
     out: str = option("report", kind=Path_(), required_on_cli=True, api_positional=True,
                       help="report directory (appears when the report is complete)")
     quick: bool = option(False, kind=Bool(), help="small settings (for tests)")

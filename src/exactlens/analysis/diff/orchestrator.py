@@ -83,8 +83,9 @@ def _stderr(quiet: bool) -> Callable[[str], None]:
 
 def _settings(ctx: Context, request: DiffRequest) -> dict[str, Any]:
     echoed = {name: getattr(request, name) for name in ECHOED}
+    readout = ctx.readout.text if ctx.readout is not None else "the model's own"
     return {"lengths": ctx.lengths, "skipped_lengths": ctx.skipped, **echoed, "parts": list(request.parts),
-            "device": device_name(ctx.device)}
+            "readout": readout, "device": device_name(ctx.device)}
 
 
 def _check(step: Part, sections: dict[str, Any], summary: dict[str, Any]) -> None:

@@ -146,6 +146,11 @@ def _alignment(ctx: Any, request: Any) -> Done:
     settings = Settings(max_dim=request.das_max_dim, steps=request.das_steps, pairs=request.alignment_pairs,
                         seed=request.seed, untrained=request.untrained_baseline)
     baseline = untrained_copy(ctx.model, request.seed + 1) if request.untrained_baseline else None
+    if request.untrained_baseline and ctx.foreign is not None:  # the user's model: its own initializer
+        from exactlens.interop.foreign import untrained_foreign
+
+        baseline, how = untrained_foreign(ctx.foreign, ctx.task, ctx.readout, request.seed + 1)
+        ctx.side.info["untrained_baseline"] = how
     untrained = None if baseline is None else make_side(baseline, {"kind": "untrained"},
                                                         tasks.reader(baseline, ctx.task),
                                                         ctx.exact.readout_position, False)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exactlens.analysis.diff.parts import PARTS
+from exactlens.interop.readout import ReadoutKind
 from exactlens.requests import (
     Any_,
     Bool,
@@ -61,6 +62,10 @@ class DiffRequest:
                               "result)")
     against: str = option(kind=Text(), metavar="NAME", api_positional=True,
                           help="the exact construction (see `exactlens list`)")
+    readout: Any = option(None, kind=ReadoutKind(), metavar="POSITION[/OUTPUTS]",
+                          help="where the trained model answers and which outputs: cls, last, every or a position, "
+                               "optionally /K, /A-B (a two-logit head: /1-0) or /A:B (default: the task's, see "
+                               "`exactlens task NAME`; in Python also a callable(logits, n_positions))")
     param: dict = option({}, kind=_Params(), flag="--param", api_name="params",
                          help="parameter of the construction (repeatable; in Python params={...})")
     lengths: list | None = option(None, kind=Lengths(0),

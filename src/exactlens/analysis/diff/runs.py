@@ -44,6 +44,7 @@ class Side:
     max_positions: int | None
     sites: list[str] = field(default_factory=list)  # residual-like hook sites, in depth order
     patch_sites: list[str] = field(default_factory=list)  # residual-stream sites used for interventions
+    readout: Any = None  # a foreign model's readout (exactlens.interop.readout.Readout), None: the standard one
 
     @property
     def exact(self) -> bool:
@@ -59,6 +60,8 @@ class Side:
         if self.exact:
             return self.model.select_readout(logits, n_positions).double()
         task = self.reader.task
+        if self.readout is not None:
+            return self.readout.apply(task, logits, n_positions).double()
         if task.readout == "per_position":
             return logits.double()
         at = logits[torch.arange(logits.shape[0]), self._row(n_positions)].double()
@@ -82,7 +85,8 @@ def _site_names(model: Any, n_layers: int, exact_side: bool) -> list[str]:
     return [n for n in names if n in hooks]
 
 
-def make_side(model: Any, info: dict[str, Any], reader: Reader, readout_position: int, exact_side: bool) -> Side:
+def make_side(model: Any, info: dict[str, Any], reader: Reader, readout_position: int, exact_side: bool,
+              readout_spec: Any = None) -> Side:
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(model, "run_with_cache"):
         raise ExactLensError(
@@ -98,7 +102,7 @@ def make_side(model: Any, info: dict[str, Any], reader: Reader, readout_position
         readout = readout_position
         max_pos = getattr(cfg, "n_ctx", None)
     side = Side(model, info, reader, int(cfg.n_layers), int(cfg.n_heads), int(cfg.d_model), tuple(norms), readout,
-                max_pos)
+                max_pos, readout=None if isinstance(model, ExactTransformer) else readout_spec)
     side.sites = _site_names(model, side.n_layers, exact_side)
     # Residual-stream sites for interventions. In a TransformerBridge an edit at hook_resid_mid did not
     # reach the output (measured on an exported `first`), so other models are patched at resid_pre/post.
