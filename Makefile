@@ -20,13 +20,14 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install $(PIP_FLAGS) -e ".[dev,tracr,ray]"
 	touch $@
 
-# A second environment with TransformerLens 3.9.0 (HookedTransformer) for the export tests.
+# A second environment with TransformerLens 3.9.0 (HookedTransformer): exactlens installed normally (its
+# dependencies too; TL 3.9 satisfies transformer-lens>=3.9,<5) for the exports and users' TL 3 models.
 $(VENV_TL39)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_TL39)
 	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) --upgrade pip
 	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) $(TORCH)
 	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) "transformer-lens==3.9.0" pytest hypothesis scipy einops
-	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) --no-deps -e .
+	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) -e .
 	touch $@
 
 test: test-main test-tl39
