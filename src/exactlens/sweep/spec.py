@@ -142,7 +142,7 @@ def parse_sweep(text: str, path: str = "<spec>", check: bool = True) -> Sweep:
     jobs: list[Job] = []
     for index, table in enumerate(tables):
         start, end = lines.job_range(index)
-        _expand(table, seeds, defaults, None, lines, path, start, end, start, jobs, check)
+        _expand(table, {**defaults, "seeds": seeds}, None, lines, path, start, end, start, jobs, check)
     ids = [j.id for j in jobs]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
@@ -172,8 +172,10 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
-def _expand(table: Any, seeds: list[int], defaults: dict[str, float], parent: Job | None, lines: _Lines, path: str,
-            start: int, end: int, line: int, out: list[Job], check: bool) -> None:
+def _expand(table: Any, defaults: dict[str, Any], parent: Job | None, lines: _Lines, path: str, start: int, end: int,
+            line: int, out: list[Job], check: bool) -> None:
+    """One job table (and its `then` children) into ``out``; ``defaults``: [sweep]'s seeds, cpus, gpus, stack."""
+    seeds = defaults["seeds"]
     at = lambda key: f"{path} line {lines.key(key, start, end, line)}"  # noqa: E731
     if not isinstance(table, dict):
         raise ExactLensError(f"{path} line {line}: a job is a table with a verb, got {table!r}")
@@ -229,7 +231,7 @@ def _expand(table: Any, seeds: list[int], defaults: dict[str, float], parent: Jo
             out.append(job)
             for child in then:
                 child_line = _child_line(lines, child, start, end, line)
-                _expand(child, seeds, defaults, job, lines, path, start, end, child_line, out, check)
+                _expand(child, defaults, job, lines, path, start, end, child_line, out, check)
 
 
 def _child_line(lines: _Lines, child: dict[str, Any], start: int, end: int, line: int) -> int:
