@@ -116,7 +116,7 @@ AUDIT = [
     ("circuit", {"target": 123}, "model"),
     ("verify", {"name": "first", "lengths": ["a", "b"]}, "integer"),
     ("verify", {"name": "first", "lengths": [1], "seed": "x"}, "seed"),
-    ("hull", {"target": 123}, "construction name or a checkpoint"),
+    ("hull", {"target": 123}, "a checkpoint directory, a construction name or a model"),
     ("train", {"name": "first", "out": 123}, "path"),
     ("build", {"name": ["first"]}, "name takes a string"),
     ("discover", {"target": "first", "method": "patching", "threshold": math.inf}, "finite"),

@@ -19,9 +19,12 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -85,9 +88,27 @@ def _own_doc(obj: object) -> str | None:
 
 
 def stdlib_docstrings(modules: Sequence[str] = STDLIB_MODULES) -> list[str]:
-    """The docstrings of ``modules`` (module first, then its public classes and functions by name)."""
+    """The docstrings of ``modules`` (module first, then its public classes and functions by name), read
+    in a fresh interpreter: a package imported here may have patched the standard library (importing Ray
+    replaces ``inspect.isgenerator``, which would drop its docstring and change the corpus by 751
+    characters), so the text depends only on the Python version, never on what this process imported."""
     if isinstance(modules, str) or not modules:
         raise ExactLensError(f"modules must be a non-empty sequence of module names, got {modules!r}")
+    if any(not isinstance(m, str) for m in modules):
+        raise ExactLensError(f"modules must be module names (strings), got {modules!r}")
+    package_root = str(Path(__file__).resolve().parents[2])
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); from exactlens.data.stdlib_docs import "
+              "_collect; print(json.dumps(_collect(sys.argv[2:])))")
+    done = subprocess.run([sys.executable, "-c", script, package_root, *modules], capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ExactLensError(last.removeprefix("exactlens.errors.ExactLensError: "))
+    return json.loads(done.stdout)
+
+
+def _collect(modules: Sequence[str]) -> list[str]:
+    """stdlib_docstrings in this process (run by it in a fresh interpreter)."""
     docs: list[str] = []
     for name in modules:
         try:

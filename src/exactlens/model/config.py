@@ -157,7 +157,7 @@ class ExactConfig:
             raise ExactLensError(f"d_mlp must be an integer >= 0 (0 = no FFN), got {self.d_mlp!r}")
         if self.n_ctx is not None and (not isinstance(self.n_ctx, int) or isinstance(self.n_ctx, bool)):
             raise ExactLensError(f"n_ctx must be an integer or None, got {self.n_ctx!r}")
-        _check_choice("dtype", self.dtype, tuple(DTYPES))
+        self.dtype = dtype_name(self.dtype)  # a torch dtype is stored by its name
         # the sizes, before anything per layer (a tuple of n_layers switches) is built
         check_memory(model_bytes(self), f"a model with d_model={self.d_model}, d_mlp={self.d_mlp}, "
                      f"n_layers={self.n_layers}, n_heads={self.n_heads}, d_head={self.d_head}, "
@@ -189,7 +189,6 @@ class ExactConfig:
                 "post-LN would rewrite the residual stream itself; allowed: normalization 'pre' or 'none' per layer"
             )
         _check_choice("readout", self.readout, READOUTS)
-        self.dtype = dtype_name(self.dtype)  # a torch dtype is stored by its name
         if self.attn_scale is not None and not (self.attn_scale > 0 and math.isfinite(self.attn_scale)):
             raise ExactLensError(f"attn_scale must be a finite positive divisor or None, got {self.attn_scale!r}")
         if not isinstance(self.mlp_residual, bool):

@@ -32,7 +32,7 @@ class EdgeOptions:
     granularity: str = option("head", kind=Choice(("head", "qkv")),
                               help="edges into whole heads, or into their queries, keys and values separately "
                                    "(default head)")
-    lengths: list | None = option(None, kind=Lengths(1), nargs="+", metavar="L",
+    lengths: list | None = option(None, kind=Lengths(0), nargs="+", metavar="L",
                                   help="word lengths to run (default: the task's shortest and the next five)")
     words: int = option(64, kind=Int(1), help="words per length: all of them when there are at most this many "
                         "(default 64)")

@@ -31,7 +31,7 @@ class HullRequest:
     tol: float = option(1e-9, kind=Float(0.0, 1.0, open_lo=True, open_hi=True),
                         help="relative tolerance of the hull check (default 1e-9)")
     seed: int = option(0, kind=Int(0), help="seed of the sampled words / tokens / keys")
-    lengths: list | None = option(None, kind=Lengths(1), help="word lengths whose keys are checked, A:B[:STEP] or "
+    lengths: list | None = option(None, kind=Lengths(0), help="word lengths whose keys are checked, A:B[:STEP] or "
                                   "a,b,c (default: a few up to the construction's longest)")
     device: Any = device_option("the model runs there; keys come back to the CPU for the linear programs")
     task: str | None = option(None, kind=Text(), metavar="NAME",

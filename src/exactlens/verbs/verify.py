@@ -13,7 +13,7 @@ from exactlens.verbs.common import ConstructionRequest, num, per_length_plot
 
 @dataclass(frozen=True)
 class VerifyRequest(ConstructionRequest):
-    lengths: list | None = option(None, kind=Lengths(1), help="A:B[:STEP] (inclusive) or a,b,c; default 1:12 (up to "
+    lengths: list | None = option(None, kind=Lengths(0), help="A:B[:STEP] (inclusive) or a,b,c; default 1:12 (up to "
                                   "the construction's longest)")
     strings: int = option(1000, kind=Int(1), help="random strings per length (short lengths: all)")
 

@@ -31,9 +31,9 @@ __all__ = ["CIRCUIT_ABLATIONS", "CIRCUIT_GRANULARITIES", "CIRCUIT_METHODS", "Dif
 
 # The circuit package's names (analysis.circuit: METHODS, GRANULARITIES, ABLATIONS; a test keeps them equal),
 # here without importing torch.
-CIRCUIT_METHODS = ("patching", "eap", "acdc")
+CIRCUIT_METHODS = ("patching", "eap", "acdc", "eap-ig-inputs", "eap-ig-activations", "edge-patching")
 CIRCUIT_GRANULARITIES = ("head", "qkv")
-CIRCUIT_ABLATIONS = ("resample", "mean", "cross-length")
+CIRCUIT_ABLATIONS = ("resample", "mean", "cross-length", "zero")
 
 
 @dataclass(frozen=True)
