@@ -11,44 +11,14 @@ some (the edges where none changes are listed as `unnecessary`: redundant paths)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from exactlens.analysis.circuit.request import CircuitRequest, EdgeOptions
 from exactlens.errors import ExactLensError
-from exactlens.interop.readout import ReadoutKind
-from exactlens.requests import Bool, Choice, Int, Lengths, Path_, Text, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
 
 __all__ = ["CircuitRequest", "EdgeOptions", "format_circuit_text", "run"]
-
-
-@dataclass(frozen=True)
-class EdgeOptions:
-    """The options `circuit` and `discover` share (the target first, then each verb's own after these)."""
-
-    target: Any = option(positional=True, metavar="NAME | CHECKPOINT_DIR",
-                         help="a construction name, a checkpoint directory (or, in Python, a model)")
-    granularity: str = option("head", kind=Choice(("head", "qkv")),
-                              help="edges into whole heads, or into their queries, keys and values separately "
-                                   "(default head)")
-    lengths: list | None = option(None, kind=Lengths(0), nargs="+", metavar="L",
-                                  help="word lengths to run (default: the task's shortest and the next five)")
-    words: int = option(64, kind=Int(1), help="words per length: all of them when there are at most this many "
-                        "(default 64)")
-    ablation: str = option("resample", kind=Choice(("resample", "mean", "cross-length", "zero")),
-                           help="an ablated edge reads another word's activation (resample), the mean, or a word of "
-                                "another length's at the aligned position (cross-length: sees values that are the "
-                                "same for every word of a length, such as the length itself), or zero; default "
-                                "resample")
-    seed: int = option(0, kind=Int(0), help="seed of the sampled words, the resample order and the cross-length "
-                       "pairing")
-    task: str | None = option(None, kind=Text(), metavar="NAME",
-                              help="the task of a model that records none (a TransformerLens or Hugging Face model; "
-                                   "see `exactlens task NAME`)")
-    readout: Any = option(None, kind=ReadoutKind(), metavar="POSITION[/OUTPUTS]",
-                          help="where such a model answers and which outputs (cls, last, every or a position, "
-                               "optionally /K, /A-B, /A:B; default: the task's)")
 
 
 def foreign_target(request: Any) -> tuple[Any, dict[str, Any] | None]:
@@ -60,15 +30,6 @@ def foreign_target(request: Any) -> tuple[Any, dict[str, Any] | None]:
         raise ExactLensError("task applies to a model exactlens did not build (a HookedTransformer, a "
                              "TransformerBridge), which records no task; an exactlens model answers its own")
     return resolve_model(request.target, request.task, request.readout)
-
-
-@dataclass(frozen=True)
-class CircuitRequest(EdgeOptions):
-    check: bool = option(True, kind=Bool(), flag="--no-check", negate=True,
-                         help="skip the ablation check (circuit and constants only)")
-    out: str | None = option(None, kind=Path_(), metavar="FILE.json",
-                             help="also write the circuit in MIB's circuit file format (docs/circuits.md)")
-    overwrite: bool = option(False, kind=Bool(), help="replace an existing --out file")
 
 
 def run(request: CircuitRequest) -> Result:

@@ -14,38 +14,16 @@ between components (post-LN norm chains joined), so depth, heads and layer norms
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from exactlens.analysis.circuit.request import DiscoverRequest
 from exactlens.errors import ExactLensError
-from exactlens.requests import Bool, Choice, Float, Int, Path_, Text, TextList, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.circuit import EdgeOptions, foreign_target
+from exactlens.verbs.circuit import foreign_target
 from exactlens.viz.backend import pyplot
 
 __all__ = ["DiscoverRequest", "format_discover_text", "run"]
-
-
-@dataclass(frozen=True)
-class DiscoverRequest(EdgeOptions):
-    method: str = option("acdc", kind=Choice(("patching", "eap", "acdc", "eap-ig-inputs", "eap-ig-activations",
-                                              "edge-patching")),
-                         api_positional=True, help="the discovery method (default acdc; ignored with --score-file)")
-    against: str | None = option(None, kind=Text(), metavar="NAME",
-                                 help="compare with this construction's circuit (default: the target's own, for a "
-                                      "construction)")
-    threshold: float | None = option(None, kind=Float(0.0), help="the method's cut (default: patching/acdc/"
-                                     "edge-patching 1e-3 divergence, eap and EAP-IG 1e-2 of the top score)")
-    metrics: tuple = option(("auroc", "cpr", "cmd"), kind=TextList(("auroc", "cpr", "cmd")), metavar="M[,M]",
-                            help="auroc (against the exact circuit), cpr and cmd (MIB's faithfulness curve of the "
-                                 "method's ranking; default all three)")
-    ig_steps: int = option(5, kind=Int(1, 1000), help="EAP-IG's interpolation steps (1: EAP; default 5)")
-    score_file: str | None = option(None, kind=Path_(), metavar="FILE.json",
-                                    help="score the circuit in this MIB circuit file instead of running a method")
-    out: str | None = option(None, kind=Path_(), metavar="FILE.json",
-                             help="write the method's circuit (selected edges, scores) in MIB's circuit file format")
-    overwrite: bool = option(False, kind=Bool(), help="replace an existing --out file")
 
 
 def run(request: DiscoverRequest) -> Result:
@@ -57,11 +35,7 @@ def run(request: DiscoverRequest) -> Result:
                              f"construction of task {foreign['task']['name']!r} (see `exactlens list`)")
     what = f"the circuit of {request.score_file}" if request.score_file else request.method
     tell(f"discover: {what} on {request.target if foreign is None else foreign['source']}")
-    data = discover_report(
-        target, request.method, granularity=request.granularity, against=request.against,
-        threshold=request.threshold, lengths=request.lengths, words=request.words, seed=request.seed,
-        ablation=request.ablation, metrics=request.metrics, ig_steps=request.ig_steps, score_file=request.score_file,
-        out=request.out, overwrite=request.overwrite)
+    data = discover_report(target, request=request)
     if foreign is not None:
         data["foreign"] = foreign
     return Result("discover", data)

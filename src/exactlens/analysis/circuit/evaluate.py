@@ -16,6 +16,7 @@ from exactlens.analysis.circuit.discovery import DEFAULT_IG_STEPS, METHODS, Disc
 from exactlens.analysis.circuit.equivalent import best_match, valid_circuits
 from exactlens.analysis.circuit.faithfulness import METRICS, DivergenceCache, check_metrics, faithfulness, ranked
 from exactlens.analysis.circuit.graph import GRANULARITIES, ModelGraph, model_graph
+from exactlens.analysis.circuit.request import DiscoverRequest
 from exactlens.analysis.circuit.scoring import score_discovery
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
 from exactlens.constructions.registry import longest_length
@@ -186,23 +187,32 @@ def _word_lengths(model, batches: list[Batch]) -> list[int]:
     return [int(b.tokens.shape[1]) - specials for b in batches]
 
 
-def discover_report(target: Any, method: str, *, granularity: str = "head", against: str | None = None,
-                    threshold: float | None = None, lengths: Sequence[int] | None = None,
-                    words: int = DEFAULT_WORDS, seed: int = 0, ablation: str = "resample",
-                    metrics: Sequence[str] | str = METRICS, ig_steps: int = DEFAULT_IG_STEPS,
-                    score_file: str | None = None, out: str | None = None,
-                    overwrite: bool = False) -> dict[str, Any]:
+def discover_report(target: Any, method: str = "acdc", request: DiscoverRequest | None = None,
+                    **options: Any) -> dict[str, Any]:
     """Run a discovery method on a target. A construction is scored against its own circuit (ROC,
     AUROC, precision and recall at the method's threshold); any model is compared with the circuit of
     ``against`` (a construction of the same task, run on the same words) after mapping its nodes onto
     the construction's by (layer, head) index (exactlens.analysis.circuit.correspond): the graphs may
     differ in depth, heads and layer norms.
 
-    ``metrics``: auroc (against the truth) and/or cpr, cmd (MIB's faithfulness curve of the method's
-    ranking, exactlens.analysis.circuit.faithfulness; for a construction the exact circuit's curve
-    beside it). ``score_file``: score the circuit in this MIB circuit file instead of running the
-    method; ``out``: write the method's circuit (its selected edges and scores) as one."""
-    metrics = check_metrics(metrics)
+    The options are a :class:`~.request.DiscoverRequest` (``request``), or its fields as keywords
+    (checked by the request's kinds, as ``el.discover`` checks them): ``granularity``, ``against``,
+    ``threshold``, ``lengths``, ``words``, ``seed``, ``ablation``; ``metrics``: auroc (against the truth)
+    and/or cpr, cmd (MIB's faithfulness curve of the method's ranking,
+    exactlens.analysis.circuit.faithfulness; for a construction the exact circuit's curve beside it);
+    ``ig_steps`` (EAP-IG); ``score_file``: score the circuit in this MIB circuit file instead of running
+    the method; ``out`` (and ``overwrite``): write the method's circuit (its selected edges and scores)
+    as one. ``target`` is used as given (the request's own target is not read)."""
+    if request is None:
+        from exactlens.requests import from_call
+
+        request = from_call("discover", DiscoverRequest, [target, method], options)
+    elif options:
+        raise ExactLensError(f"discover_report takes a request or keywords, not both (got {sorted(options)})")
+    r = request
+    method, granularity, against, threshold, ablation = r.method, r.granularity, r.against, r.threshold, r.ablation
+    lengths, words, seed, score_file = r.lengths, r.words, r.seed, r.score_file
+    metrics = check_metrics(r.metrics)
     _check_choice("method", method, METHODS)
     _check_choice("granularity", granularity, GRANULARITIES)
     _check_choice("ablation", ablation, ABLATIONS)
@@ -221,7 +231,7 @@ def discover_report(target: Any, method: str, *, granularity: str = "head", agai
     if score_file is not None:
         found = file_discovery(score_file, model, graph)
     else:
-        found = discover(model, graph, batches, method, threshold, ig_steps)
+        found = discover(model, graph, batches, method, threshold, r.ig_steps)
     result: dict[str, Any] = {
         "target": info, "model": model.cfg.model_name, "method": found.method, "granularity": granularity,
         "threshold": found.threshold, "ablation": ablation, "lengths": _word_lengths(model, batches),
@@ -233,9 +243,9 @@ def discover_report(target: Any, method: str, *, granularity: str = "head", agai
     cache = DivergenceCache(model, graph, batches) if {"cpr", "cmd"} & set(metrics) else None
     if cache is not None:
         result.update(faithfulness_fields(cache, found.edge_scores))
-    if out is not None:
-        result["circuit_file"] = _write_circuit(out, model, graph, found.selected, found.edge_scores,
-                                                f"{found.method} on {model.cfg.model_name}", overwrite)
+    if r.out is not None:
+        result["circuit_file"] = _write_circuit(r.out, model, graph, found.selected, found.edge_scores,
+                                                f"{found.method} on {model.cfg.model_name}", r.overwrite)
     if truth_model is model:
         circuit = mark_constant(derive_circuit(model, granularity), batches, model)
         if "auroc" in metrics:

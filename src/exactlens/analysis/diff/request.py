@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from exactlens.analysis.circuit.request import ABLATIONS, METHODS
 from exactlens.analysis.diff.parts import PARTS
 from exactlens.interop.readout import ReadoutKind
 from exactlens.requests import (
@@ -31,9 +32,9 @@ __all__ = ["CIRCUIT_ABLATIONS", "CIRCUIT_GRANULARITIES", "CIRCUIT_METHODS", "Dif
 
 # The circuit package's names (analysis.circuit: METHODS, GRANULARITIES, ABLATIONS; a test keeps them equal),
 # here without importing torch.
-CIRCUIT_METHODS = ("patching", "eap", "acdc", "eap-ig-inputs", "eap-ig-activations", "edge-patching")
+CIRCUIT_METHODS = METHODS  # the circuit package's (light: its request module)
 CIRCUIT_GRANULARITIES = ("head", "qkv")
-CIRCUIT_ABLATIONS = ("resample", "mean", "cross-length", "zero")
+CIRCUIT_ABLATIONS = ABLATIONS
 
 
 @dataclass(frozen=True)
