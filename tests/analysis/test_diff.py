@@ -122,7 +122,7 @@ def test_circuit_part_under_cross_length_ablation() -> None:
                 for a, r in runs.items()}
     assert "pos->L0.MLP" in constant["resample"] - constant["cross-length"]
     with pytest.raises(ExactLensError,
-                       match="circuit_ablation takes one of resample, mean, cross-length, got 'shuffle'"):
+                       match="circuit_ablation takes one of resample, mean, cross-length, zero, got 'shuffle'"):
         diff(model, "parity", lengths=[2], strings=4, parts=("circuit",), circuit_ablation="shuffle")
 
 
@@ -230,7 +230,8 @@ def test_bad_input() -> None:
         diff(learned, "first", lengths=[4, 5])
     with pytest.raises(ExactLensError, match="parts"):
         diff(model, "first", parts=("probes", "vibes"))
-    with pytest.raises(ExactLensError, match="circuit_method takes one of patching, eap, acdc, got 'magic'"):
+    with pytest.raises(ExactLensError, match="circuit_method takes one of patching, eap, acdc, eap-ig-inputs, "
+                       "eap-ig-activations, edge-patching, got 'magic'"):
         diff(model, "first", circuit_method="magic")
     with pytest.raises(ExactLensError, match="circuit_granularity takes one of head, qkv, got 'neuron'"):
         diff(model, "first", circuit_granularity="neuron")
