@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, fields
 from typing import Any
 
 from exactlens.errors import ExactLensError
-from exactlens.interop.tracr.compile import COMPILER_BOS, COMPILER_PAD, check_max_seq_len, check_vocab
+from exactlens.interop.tracr.compile import check_max_seq_len, check_vocab
 from exactlens.interop.tracr.programs import (  # noqa: F401 (re-exported: the registry lives there)
     NAME,
     PAPER,
@@ -33,20 +33,6 @@ from exactlens.interop.tracr.programs import (  # noqa: F401 (re-exported: the r
 )
 
 
-@dataclass(frozen=True)
-class ProgramOptions:
-    """The optional details of a registered program (see :func:`register_program`)."""
-
-    summary: str = ""
-    domain: Callable[[list[Any]], bool] | None = None
-    domain_doc: str = ""
-    first_target: int = 0
-    compiler_bos: str = COMPILER_BOS
-    compiler_pad: str = COMPILER_PAD
-    causal: bool = False
-    kind: str | None = None
-
-
 def register_program(name: str, make_program: Callable[..., Any], vocab: Sequence[Any], max_seq_len: int,
                      **options: Any) -> ProgramSpec:
     """Register a RASP program as the construction and task ``tracr-<name>``.
@@ -60,17 +46,19 @@ def register_program(name: str, make_program: Callable[..., Any], vocab: Sequenc
     ``first_target``: positions before it have no target (e.g. ``detect_pattern``'s None-padded
     start). ``compiler_bos``, ``compiler_pad``, ``causal``: as in tracr's ``compile_rasp_to_model``.
     ``kind``: "prediction" or "regression", declared so that listing needs no tracr. These details are
-    keywords (:class:`ProgramOptions`). Nothing is compiled until the construction is built."""
+    keywords: the optional fields of :class:`ProgramSpec`, and ``kind``. Nothing is compiled until the
+    construction is built."""
     from exactlens import constructions, tasks
     from exactlens.constructions.registry import Construction
 
-    known = {f.name for f in fields(ProgramOptions)}
+    defaults = {f.name: f.default for f in fields(ProgramSpec) if f.default is not MISSING}
+    known = set(defaults) | {"kind"}
     if set(options) - known:
         raise ExactLensError(f"register_program has no option {', '.join(sorted(set(options) - known))}; its "
                              f"options: {', '.join(sorted(known))}")
-    o = ProgramOptions(**options)
-    summary, domain, domain_doc, first_target = o.summary, o.domain, o.domain_doc, o.first_target
-    compiler_bos, compiler_pad, causal, kind = o.compiler_bos, o.compiler_pad, o.causal, o.kind
+    o = {**defaults, "kind": None, **options}
+    summary, domain, domain_doc, first_target = o["summary"], o["domain"], o["domain_doc"], o["first_target"]
+    compiler_bos, compiler_pad, causal, kind = o["compiler_bos"], o["compiler_pad"], o["causal"], o["kind"]
 
     if not isinstance(name, str) or not NAME.match(name):
         raise ExactLensError(f"a program name is letters, digits, '_', '.' or '-' (not first), got {name!r}")
