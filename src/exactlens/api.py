@@ -41,8 +41,7 @@ def api_function(spec: VerbSpec) -> Callable[..., Any]:
     params, extra = api_parameters(spec.request)
     signature = []
     for name, f, opt in params:
-        positional = opt.api_positional if opt.api_positional is not None else opt.positional
-        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if positional else inspect.Parameter.KEYWORD_ONLY
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if opt.positional_in_api else inspect.Parameter.KEYWORD_ONLY
         default = inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
         if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             default = f.default_factory()  # type: ignore[misc]

@@ -3,7 +3,7 @@
 From one request class come the argparse flags of ``exactlens VERB`` (:func:`add_arguments`), the
 keyword arguments of ``el.VERB`` (:func:`from_call`), the validation both entries share (every value
 checked by its field's :class:`Kind`: type, range, choices, finiteness) and the settings echo
-(:func:`settings`, :func:`command_line`). A field is declared with :func:`option`::
+(:func:`command_line`). A field is declared with :func:`option`::
 
     @dataclass(frozen=True)
     class VerifyRequest:
@@ -30,7 +30,7 @@ from exactlens.errors import ExactLensError
 __all__ = [
     "Any_", "Bool", "Choice", "DType", "Device", "Float", "Int", "IntList", "Kind", "Lengths", "Option", "Pairs",
     "Path_", "Text", "TextList", "add_arguments", "command_line", "from_call", "from_namespace", "option",
-    "options_of", "settings",
+    "options_of",
 ]
 
 
@@ -402,6 +402,11 @@ class Option:
     api_positional: bool | None = None
     dest: str | None = None  # the argparse dest where it differs from the field's name (compatibility)
 
+    @property
+    def positional_in_api(self) -> bool:
+        """Whether ``el.VERB`` takes it positionally (``api_positional``, else as on the command line)."""
+        return self.positional if self.api_positional is None else self.api_positional
+
 
 def option(default: Any = MISSING, *, help: str = "", kind: Kind | None = None, **how: Any) -> Any:
     """A request field: its default (omitted: required), its help and :class:`Kind`, and how it shows
@@ -531,7 +536,7 @@ def api_parameters(request: type) -> tuple[list[tuple[str, dataclasses.Field, Op
     """The API's parameters: (keyword, field, option) in order (positional ones first), and the field that
     takes ``**kwargs`` (None: unknown keywords are refused)."""
     params = [(opt.api_name or f.name, f, opt) for f, opt in options_of(request) if opt.api and not opt.extra]
-    positional = [p for p in params if (p[2].api_positional if p[2].api_positional is not None else p[2].positional)]
+    positional = [p for p in params if p[2].positional_in_api]
     keyword = [p for p in params if p not in positional]
     extra = next((f.name for f, opt in options_of(request) if opt.extra), None)
     return positional + keyword, extra
@@ -541,7 +546,7 @@ def from_call(verb: str, request: type, args: Sequence[Any], kwargs: Mapping[str
     """The request from ``el.VERB(*args, **kwargs)``: positional arguments in the declared order, unknown
     keywords into the ``extra`` field (or refused, naming those allowed), every value checked by its kind."""
     params, extra = api_parameters(request)
-    positional = [p for p in params if (p[2].api_positional if p[2].api_positional is not None else p[2].positional)]
+    positional = [p for p in params if p[2].positional_in_api]
     if len(args) > len(positional):
         raise ExactLensError(f"el.{verb} takes {len(positional)} positional argument(s) "
                              f"({', '.join(p[0] for p in positional) or 'none'}), got {len(args)}")
@@ -570,8 +575,3 @@ def from_call(verb: str, request: type, args: Sequence[Any], kwargs: Mapping[str
     if missing:
         raise ExactLensError(f"el.{verb} needs {', '.join(missing)}")
     return request(**values)
-
-
-def settings(request: Any) -> dict[str, Any]:
-    """The request's values by field name (the settings echo of a result)."""
-    return {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}

@@ -1,8 +1,8 @@
 """A job's options checked before anything runs: with its verb's request (exactlens.requests.from_call, the
 same check as ``el.VERB(...)``), and for ``train`` also with the preset (unknown training options, bad values).
 
-Verbs still in the command line's older form (exactlens.verbs.Verb, no request class) are checked
-against their API function's signature."""
+A function registered with ``exactlens.api.register_api`` (no request class) is checked against its
+signature."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def parameters(verb: str) -> tuple[list[str], list[str], bool]:
         from exactlens.requests import api_parameters
 
         params, extra = api_parameters(spec.request)
-        positional = [n for n, _, o in params if (o.api_positional if o.api_positional is not None else o.positional)]
+        positional = [n for n, _, o in params if o.positional_in_api]
         return positional, [n for n, _, _ in params if n not in positional], extra is not None
     function = _api(verb)
     if function is None:
@@ -56,11 +56,6 @@ def parameters(verb: str) -> tuple[list[str], list[str], bool]:
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     keyword = [n for n, p in sig.parameters.items() if p.kind == p.KEYWORD_ONLY]
     more = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-    if more and verb == "diff":  # the older form passes its other keywords to exactlens.analysis.diff.diff
-        from exactlens.analysis.diff import diff
-
-        keyword += [n for n in inspect.signature(diff).parameters if n not in positional + keyword]
-        more = False
     return positional, keyword, more
 
 
@@ -71,21 +66,12 @@ def first_parameter(verb: str) -> str | None:
 
 def takes_seed(verb: str) -> bool:
     positional, keyword, more = parameters(verb)
-    return "seed" in positional + keyword or (more and verb == "train")
+    return "seed" in positional + keyword
 
 
 def takes_out(verb: str) -> bool:
     positional, keyword, _ = parameters(verb)
     return "out" in positional + keyword
-
-
-def legacy_options(verb: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The older form of ``diff`` takes its parts as a list (the command line's comma list in a spec)."""
-    from exactlens.verbs import VerbSpec
-
-    if verb == "diff" and not isinstance(_spec(verb), VerbSpec) and isinstance(options.get("parts"), str):
-        return {**options, "parts": [p.strip() for p in options["parts"].split(",")]}
-    return options
 
 
 def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[str], str]) -> None:
@@ -123,7 +109,7 @@ def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[s
             if unknown:
                 raise ExactLensError(f"el.{verb} has no option {unknown[0]!r}; its options: "
                                      f"{', '.join(positional + keyword)}")
-            inspect.signature(_api(verb)).bind(*args, **legacy_options(verb, options))
+            inspect.signature(_api(verb)).bind(*args, **options)
         if verb == "train":
             _check_training(options)
     except ExactLensError as err:

@@ -140,7 +140,7 @@ def _parent_ok(job: Job, root: Path, rows: dict[str, dict[str, Any]]) -> str | N
 
 def _run_one(job: Job, root: Path, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     from exactlens.api import API
-    from exactlens.sweep.check import first_parameter, legacy_options, takes_out
+    from exactlens.sweep.check import first_parameter, takes_out
 
     blocked = _parent_ok(job, root, rows)
     if blocked is not None:
@@ -150,7 +150,7 @@ def _run_one(job: Job, root: Path, rows: dict[str, dict[str, Any]]) -> dict[str,
     scratch = Path(tempfile.mkdtemp(prefix=_work_prefix(job), dir=root))
     start = time.perf_counter()
     try:
-        options = legacy_options(job.verb, dict(job.options))
+        options = dict(job.options)
         args: list[Any] = []
         if job.parent is not None:
             args = [str(job_dir(root, job.parent) / OUTPUT)]
