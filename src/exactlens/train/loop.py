@@ -46,6 +46,7 @@ from exactlens.progress import bar, printing_around_bars
 from exactlens.resources import check_run_count
 from exactlens.tasks import kinds
 from exactlens.tasks.base import check_seed
+from exactlens.train.checkpoints import CHECKPOINT_DIR, Checkpoint, Keeper, checkpoint_steps
 from exactlens.train.data import PAD_ID, Batch, sample_batch, split
 from exactlens.train.metrics import Metric
 from exactlens.train.presets import TrainSpec, get_preset
@@ -91,6 +92,7 @@ class TrainRun:
     options: dict[str, Any]
     wall_s: float
     info: dict[str, Any] = field(default_factory=dict)
+    checkpoints: list[Checkpoint] = field(default_factory=list)  # the steps kept (exactlens.train.checkpoints)
 
     @property
     def final(self) -> dict[str, Any]:
@@ -99,10 +101,12 @@ class TrainRun:
 
 
 def seed_generators(seed: int) -> dict[str, torch.Generator]:
-    """Independent streams for initialization, training data and test data."""
+    """Independent streams for initialization, training data, test data and the checkpoints' test words (the
+    first three are the same as before the fourth existed: a SeedSequence's first words do not depend on
+    how many are asked)."""
     check_seed(seed, minimum=0)
-    states = np.random.SeedSequence(seed).generate_state(3, dtype=np.uint64)
-    names = ("init", "train", "test")
+    states = np.random.SeedSequence(seed).generate_state(4, dtype=np.uint64)
+    names = ("init", "train", "test", "checkpoint")
     return {n: torch.Generator().manual_seed(int(s) & (2**63 - 1)) for n, s in zip(names, states, strict=True)}
 
 
@@ -337,6 +341,8 @@ def fit_into(
     final = Path(out)
     for run, directory in zip(runs, dirs, strict=True):
         run.checkpoint = final / directory.relative_to(tmp)
+        for kept in run.checkpoints:  # written in the staging directory, now moved into place
+            kept.path = run.checkpoint / CHECKPOINT_DIR / kept.path.name
     return runs
 
 
@@ -370,6 +376,7 @@ def fit(
     previous_threads = torch.get_num_threads()
     if opts["threads"] is not None:
         torch.set_num_threads(opts["threads"])
+    keeper = _keeper(spec, outs, progress)
     logs = []
     for out in outs:
         if out is not None:
@@ -381,7 +388,7 @@ def fit(
             results = [_fit_lbfgs(spec, seed, g, log, progress, device)
                        for seed, g, log in zip(seeds, gens, logs, strict=True)]
         else:
-            results = _fit_adam(spec, seeds, gens, logs, progress, device)
+            results = _fit_adam(spec, seeds, gens, logs, progress, device, keeper)
         wall = time.perf_counter() - start
     finally:
         for log in logs:
@@ -389,9 +396,11 @@ def fit(
                 log.close()
         torch.set_num_threads(previous_threads)
     runs = []
-    for (model, history, steps, stacked, run_wall), seed, out in zip(results, seeds, outs, strict=True):
+    for r, ((model, history, steps, stacked, run_wall), seed, out) in enumerate(zip(results, seeds, outs,
+                                                                                      strict=True)):
         model.eval().set_fused(False)
-        run = TrainRun(model, history, out, spec.name, seed, opts, wall if stacked else run_wall)
+        run = TrainRun(model, history, out, spec.name, seed, opts, wall if stacked else run_wall,
+                       checkpoints=keeper.kept[r] if keeper is not None else [])
         run.info = {
             "task": spec.name,
             "task_spec": model.cfg.task,
@@ -410,6 +419,9 @@ def fit(
             # attention -> softmax, ...); null for a paper preset
             "shape": model.cfg.metadata.get("shape"),
             "final": run.final,
+            "checkpoints": None if keeper is None else {
+                "steps": [c.step for c in run.checkpoints], "directory": CHECKPOINT_DIR if out is not None else None,
+                "bytes_each": keeper.bytes_each},
         }
         if out is not None:
             model.check_finite()
@@ -471,7 +483,51 @@ def _test(spec: TrainSpec, model: ExactTransformer, gen: torch.Generator) -> dic
     return values
 
 
-def _fit_adam(spec, seeds, gens, logs, progress, device):
+def _keeper(spec: TrainSpec, outs: list[Path | None], progress: Callable[[str], None] | None) -> Keeper | None:
+    """The fit's checkpoint keeper (None when no checkpoints are asked), after saying the disk they take."""
+    opts = spec.options
+    steps = checkpoint_steps(opts["checkpoint_every"], opts["checkpoints"], _total_steps(opts))
+    if not steps:
+        return None
+    if opts["optimizer"] == "lbfgs":
+        raise ExactLensError("checkpoints are kept at optimizer steps of Adam; optimizer 'lbfgs' takes one step "
+                             "with many line-search evaluations: drop checkpoint_every/checkpoints or use 'adam'")
+    keeper = Keeper(steps, outs, parameter_bytes(spec.config) + 4096)
+    if progress is not None and outs[0] is not None:
+        total = keeper.bytes_each * len(steps)
+        progress(f"keeping {len(steps)} checkpoints per run (steps {steps[0]}..{steps[-1]}): about "
+                 f"{_size(total)} per run, {_size(total * len(outs))} in all")
+    return keeper
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _total_steps(opts: dict[str, Any]) -> int:
+    return opts["epochs"] * (opts["strings_per_epoch"] // opts["batch_size"])
+
+
+def _keep_all(spec: TrainSpec, keeper: Keeper, models: list[ExactTransformer], words: list[Batch], step: int,
+              epoch: int, losses: torch.Tensor | None) -> None:
+    """Every run's checkpoint at ``step``: its weights, that step's training loss and its test numbers on the
+    run's fixed checkpoint words."""
+    for r, model in enumerate(models):
+        m = evaluate(model, words[r], spec.task, spec.metrics)
+        loss = None if losses is None else float(losses[r])
+        if spec.task.kind == "regression":
+            metrics = {"train_mse": loss, "test_mse": m["mse"], "test_r2": m["r2"]}
+        else:
+            metrics = {"train_loss_bits": None if loss is None else loss / LN2, "test_loss_bits": m["loss_bits"],
+                       "test_accuracy": m["accuracy"]}
+        keeper.keep(r, step, epoch, model, {"strings_seen": step * spec.options["batch_size"], **metrics})
+
+
+def _fit_adam(spec, seeds, gens, logs, progress, device, keeper=None):
     opts = spec.options
     task = spec.task
     models = [new_model(spec, g["init"], device) for g in gens]
@@ -484,6 +540,10 @@ def _fit_adam(spec, seeds, gens, logs, progress, device):
     step = 0
     epochs = bar(range(1, opts["epochs"] + 1), desc=_bar_title(spec, seeds), unit="epoch")
     tested: list[dict[str, Any]] = [{} for _ in seeds]  # each run's latest test values (for the bar)
+    if keeper is not None:  # one fixed set of test words per run for all its checkpoints (their own stream)
+        words = [sample_batch(task, opts["test_strings"], opts["test_length"], g["checkpoint"], held_out=True)
+                 for g in gens]
+        _keep_all(spec, keeper, models, words, 0, 0, None)
     for epoch in epochs:
         per_run_parts = []
         for g in gens:
@@ -507,6 +567,9 @@ def _fit_adam(spec, seeds, gens, logs, progress, device):
             if state.scheduler is not None:
                 state.scheduler.step()
             step += 1
+            if keeper is not None and keeper.due(step):
+                runs.sync()
+                _keep_all(spec, keeper, models, words, step, epoch, losses.detach())
             epoch_loss += losses.detach().double() * len(parts[0])
             epoch_correct += correct
         every = opts["eval_every"]

@@ -17,6 +17,7 @@ from typing import Any
 
 from exactlens.errors import ExactLensError
 from exactlens.requests import Bool, Choice, DType, Float, Int, Kind, option
+from exactlens.train.checkpoints import Schedule
 
 __all__ = [
     "GENERIC_DEFAULTS", "LR_SCHEDULES", "OPTIMIZERS", "OPTION_DOCS", "PRESET_SETS", "SHARED_OPTIONS", "LengthRange",
@@ -108,6 +109,12 @@ class TrainOptions:
     d_mlp: int = option(kind=Int(0), help="FFN hidden width")
     ln_eps: float = option(1e-5, kind=Float(0), help="layer-norm epsilon")
     threads: int | None = option(None, kind=Int(1), help="torch threads during training (None = leave as is)")
+    checkpoint_every: int | None = option(None, kind=Int(1), metavar="K", help="keep the weights every K optimizer "
+                                          "steps, step 0 and the last included, in OUT/checkpoints/ (exactlens "
+                                          "timeline reads them; the disk they take is said before training)")
+    checkpoints: str | None = option(None, kind=Schedule(), metavar="SCHEDULE", help="which steps to keep: 'log:N' "
+                                     "(N steps evenly spaced in log step), 'every:K' or a comma list of steps; step 0 "
+                                     "and the last always kept")
     scaled: bool = _declared(False, kind=Bool(), help="attention scores times log n in every layer (the "
                              "length-dependent scaling of Chiang & Cholak eq. 2)")
     layer_norm: str = _declared("full", kind=OneOf(LAYER_NORM_CHOICES), help="'full' (layer norm where the preset "
