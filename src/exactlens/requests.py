@@ -55,6 +55,10 @@ class Kind:
     def parse(self, name: str, text: str) -> Any:
         return self.check(name, text)
 
+    def cli_text(self, value: Any) -> str:
+        """The command line's text for a checked value (``parse`` reads it back)."""
+        return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+
     def refuse(self, name: str, value: Any, extra: str = "") -> ExactLensError:
         shown = repr(value)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
@@ -522,10 +526,8 @@ def command_line(verb: str, request: Any) -> str:
         elif isinstance(opt.kind, Pairs):
             for key, item in value.items():
                 words += [_flag(f, opt), f"{key}={json.dumps(item) if not isinstance(item, str) else item}"]
-        elif isinstance(value, (list, tuple)):
-            words += [_flag(f, opt), ",".join(str(v) for v in value)]
         else:
-            words += [_flag(f, opt), str(value)]
+            words += [_flag(f, opt), opt.kind.cli_text(value)]
     return shlex.join(words)
 
 

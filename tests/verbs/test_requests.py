@@ -126,6 +126,22 @@ def test_command_line_echo_leaves_defaults_out():
     assert _parse(["x", "--count", "4", "--no-check", "--param", "c=2"]) == request
 
 
+def test_command_line_echo_parses_back_to_the_same_request():
+    """The echo of a request with ranges, lists and schedules reads back as that request (a train length range
+    is written LO:HI, the form its flag parses)."""
+    import shlex
+
+    from exactlens.verbs.train import TrainRequest
+
+    request = TrainRequest(task="first", out="runs/x", seed=3, train_length=(1, 4), test_length=(7, 7),
+                           checkpoints="log:5", lr=0.01, options={"num_classes": 3})
+    line = command_line("train", request)
+    assert "--train-length 1:4" in line and "--test-length 7" in line, line
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, TrainRequest)
+    assert from_namespace(TrainRequest, parser.parse_args(shlex.split(line)[2:])) == request
+
+
 def test_every_verb_is_declared_with_help_and_a_real_signature():
     """Every registered verb: each option has help and a kind; the API function's signature lists exactly the
     request's API options; the parser builds."""

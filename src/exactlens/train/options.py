@@ -46,6 +46,10 @@ class LengthRange(Kind):
             raise self.refuse(name, value)
         return lo, hi
 
+    def cli_text(self, value: Any) -> str:
+        lo, hi = value
+        return str(lo) if lo == hi else f"{lo}:{hi}"
+
     def parse(self, name: str, text: str) -> Any:
         try:
             return self.check(name, tuple(int(v) for v in text.split(":")) if ":" in text else int(text))
