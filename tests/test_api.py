@@ -74,3 +74,17 @@ def test_transformerlens_habits():
     assert attributions.shape[0] == stack.shape[0]  # direct logit attribution per component
     with pytest.raises(el.ExactLensError, match="readout"):
         model.tokens_to_residual_directions(3)
+
+
+def test_help_of_train_lists_the_training_keywords():
+    """``help(el.train)``: the package's text and the verb's, whose training options (flags on the command line,
+    ``**options`` in Python) are each listed with their meaning."""
+    import pydoc
+
+    import exactlens as el
+    from exactlens.train.options import OPTION_DOCS
+
+    text = pydoc.render_doc(el.train, renderer=pydoc.plaintext)
+    assert "Training comparable models" in text and "**options" in text
+    missing = [name for name in OPTION_DOCS if f"{name}: " not in text]
+    assert not missing, missing

@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from exactlens.requests import api_parameters, from_call
+from exactlens.requests import api_parameters, from_call, options_of
 from exactlens.results import VIEWS, Result, View, register_view
 from exactlens.verbs import VERBS, VerbSpec, load_core_verbs
 
@@ -49,14 +49,18 @@ def api_function(spec: VerbSpec) -> Callable[..., Any]:
     if extra is not None:
         signature.append(inspect.Parameter(extra, inspect.Parameter.VAR_KEYWORD))
     verb.__name__ = verb.__qualname__ = spec.name
-    verb.__doc__ = _docstring(spec, params)
+    verb.__doc__ = _docstring(spec, params, extra)
     verb.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
     return verb
 
 
-def _docstring(spec: VerbSpec, params: list) -> str:
+def _docstring(spec: VerbSpec, params: list, extra: str | None) -> str:
     lines = [f"``exactlens {spec.name}``: {spec.help}.", "", spec.description or "", "", "Options:"]
     lines += [f"    {name}: {opt.help}" for name, _, opt in params if opt.help]
+    flags_only = [(f.name, opt) for f, opt in options_of(spec.request) if opt.cli and not opt.api and opt.help]
+    if extra is not None and flags_only:  # e.g. train's TrainOptions: flags on the command line, keywords here
+        lines += ["", f"Keyword arguments taken through ``**{extra}``:"]
+        lines += [f"    {name}: {opt.help}" for name, opt in flags_only]
     return "\n".join(lines)
 
 

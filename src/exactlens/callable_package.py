@@ -17,6 +17,12 @@ class CallablePackage(types.ModuleType):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._verb()(*args, **kwargs)
 
+    @property  # type: ignore[misc]
+    def __doc__(self) -> str:  # type: ignore[override]
+        """The package's text, then the verb's (``help(el.train)`` lists the options of a call)."""
+        own = self.__dict__.get("__doc__") or ""
+        return f"{own.rstrip()}\n\nCalled as a function:\n\n{self._verb().__doc__}"
+
     @property
     def __signature__(self) -> Any:
         """The verb's signature (``inspect.signature(el.train)`` lists its options)."""
