@@ -37,21 +37,21 @@ def _bridge_available() -> bool:
     return True
 
 
-def tl3_model(causal: bool, outputs: int, n_layers: int = 1) -> object:
+def tl3_model(causal: bool, outputs: int, n_layers: int = 1, norm: str = "LN") -> object:
     from transformer_lens import HookedTransformerConfig
 
     cfg = HookedTransformerConfig(d_model=16, d_head=8, n_heads=2, n_layers=n_layers, n_ctx=12, d_vocab=3,
-                                  d_vocab_out=outputs, d_mlp=16, act_fn="relu", normalization_type="LN",
+                                  d_vocab_out=outputs, d_mlp=16, act_fn="relu", normalization_type=norm,
                                   attention_dir="causal" if causal else "bidirectional", seed=0)
     return _tl3()(cfg)
 
 
-def native_bridge(causal: bool, outputs: int, n_layers: int = 1) -> object:
+def native_bridge(causal: bool, outputs: int, n_layers: int = 1, norm: str = "LN") -> object:
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge.sources import boot_native
 
     cfg = TransformerBridgeConfig(d_model=16, d_head=8, n_heads=2, n_layers=n_layers, n_ctx=12, d_vocab=3,
-                                  d_vocab_out=outputs, d_mlp=16, act_fn="relu", normalization_type="LN",
+                                  d_vocab_out=outputs, d_mlp=16, act_fn="relu", normalization_type=norm,
                                   attention_dir="causal" if causal else "bidirectional",
                                   architecture="TransformerLensNative", seed=0)
     return boot_native(cfg)
@@ -155,6 +155,28 @@ def last_logodds(logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tenso
     return at[:, 1] - at[:, 0]
 
 
+def by_hand(model: object, length: int) -> float:
+    """The accuracy of a last-token two-logit model on every word of a length, from its own forward."""
+    ids = FIRST.words(length, 2**length, torch.Generator().manual_seed(0), exhaustive_limit=4096)[0]
+    with torch.no_grad():
+        logits = model(FIRST.encode(ids).tokens)[:, -1]
+    return float(((logits[:, 1] > logits[:, 0]) == FIRST.targets(ids).bool()).double().mean())
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_a_model_whose_weights_cannot_be_copied_is_verified_through_its_forward(make) -> None:
+    model = train_first(make(causal=True, outputs=2, norm="RMS"), at_last=True)
+    result = el.verify(model, task="first", readout="last/1-0", lengths=[2, 8], strings=16)
+    target = result["target"]
+    assert target["imported"] is None and "normalization_type='RMS'" in target["import_refused"]
+    assert result["results"][1]["accuracy"] == by_hand(model, 8)
+    with pytest.raises(ExactLensError, match="RMS.*reads the weights or hooks of that copy"):
+        el.hull(model, task="first", readout="last/1-0")
+    scan = el.precision(make(causal=True, outputs=2, norm="RMS"), task="first", readout="last/1-0", strings=8)
+    assert scan["first_failure_length"] is not None  # untrained: its float64 twin is the module widened
+    assert scan["float64"]["applies"] and scan["float64"]["twin"] == "the model in float64"
+
+
 @pytest.mark.parametrize("make", MAKERS)
 def test_verify_and_precision_of_a_causal_model(make) -> None:
     model = train_first(make(causal=True, outputs=2), at_last=True)
@@ -164,11 +186,7 @@ def test_verify_and_precision_of_a_causal_model(make) -> None:
         el.verify(model, task="first", lengths=[2])
     result = el.verify(model, task="first", readout="last/1-0", lengths=[2, 8], strings=16)
     assert result["target"]["kind"] == "foreign" and result["target"]["readout"] == "last/1-0"
-    ids = FIRST.words(8, 256, torch.Generator().manual_seed(0), exhaustive_limit=4096)[0]  # all 256 words
-    with torch.no_grad():
-        logits = model(FIRST.encode(ids).tokens)[:, -1]
-    by_hand = float(((logits[:, 1] > logits[:, 0]) == FIRST.targets(ids).bool()).double().mean())
-    assert result["results"][1]["strings"] == 256 and result["results"][1]["accuracy"] == by_hand >= 0.95
+    assert result["results"][1]["strings"] == 256 and result["results"][1]["accuracy"] == by_hand(model, 8) >= 0.95
     called = el.verify(model, task="first", readout=last_logodds, lengths=[2, 8], strings=16)
     assert [r["accuracy"] for r in called["results"]] == [r["accuracy"] for r in result["results"]]
     scan = el.precision(model, task="first", readout="last/1-0", strings=8)

@@ -36,8 +36,10 @@ class ModelTarget:
     original: Any = None  # the foreign model itself (None for an exactlens model)
 
 
-def model_target(target: Any, task: Any = None, readout: Any = None, params: dict | None = None) -> ModelTarget:
-    """The model a verb runs and its task; ``task``/``readout`` only where the model needs them."""
+def model_target(target: Any, task: Any = None, readout: Any = None, params: dict | None = None,
+                 direct: bool = True) -> ModelTarget:
+    """The model a verb runs and its task; ``task``/``readout`` only where the model needs them. A foreign
+    model whose weights cannot be copied is read through its own forward (``direct``; else refused)."""
     from exactlens import tasks
     from exactlens.interop.foreign import is_foreign, resolve_model
     from exactlens.model import ExactTransformer
@@ -64,7 +66,9 @@ def model_target(target: Any, task: Any = None, readout: Any = None, params: dic
         except ExactLensError as err:
             if "output shape" in str(err):  # refused again, naming the readouts that fit and their accuracy
                 _shape_hint(target, task, readout)
-            raise
+            if not direct or not str(err).startswith("cannot read"):
+                raise
+            return _direct(target, task, readout, str(err))
         return ModelTarget(exact, tasks.from_spec(exact.cfg.task), foreign["source"], foreign, original=target)
     if isinstance(target, ExactTransformer):
         if readout is not None:
@@ -74,6 +78,21 @@ def model_target(target: Any, task: Any = None, readout: Any = None, params: dic
     raise ExactLensError(f"the target is a construction name, a checkpoint directory, a train result or a model (an "
                          f"ExactTransformer, a TransformerLens HookedTransformer or TransformerBridge); got "
                          f"{type(target).__name__}")
+
+
+def _direct(model: Any, task: Any, readout: Any, refused: str) -> ModelTarget:
+    from exactlens.interop.direct import DirectModel
+    from exactlens.interop.foreign import facts, foreign_task
+    from exactlens.interop.readout import default_readout, parse_readout
+
+    task = foreign_task(model, task)
+    spec = parse_readout(readout) or default_readout(task)
+    f = facts(model)
+    if f["n_ctx"] is None:
+        raise ExactLensError(f"{refused}; and it states no n_ctx, so the words it can read are unknown")
+    info = {"kind": "foreign", **f, "task": task.spec(), "readout": spec.text, "imported": None,
+            "import_refused": refused, "read": "through its own forward pass (no ExactTransformer copy)"}
+    return ModelTarget(DirectModel(model, task, spec, f, refused), task, f["source"], info, original=model)
 
 
 def _shape_hint(model: Any, task: Any, readout: Any) -> None:
@@ -126,11 +145,18 @@ def longest_of(target: ModelTarget) -> int | None:
 
 def in_float64(model: Any) -> tuple[Any | None, str]:
     """A float64 twin of an ExactTransformer (the same weights, widened), or None and why not."""
+    import torch
+
     from exactlens.interop.called import CalledReadout
     from exactlens.model import ExactTransformer
 
     if model.cfg.dtype == "float64":
         return None, "the model is float64 already"
+    if type(model).__name__ == "DirectModel":  # the user's own module, widened as a whole
+        from exactlens.interop.direct import DirectModel
+
+        wide = copy.deepcopy(model.model).to(torch.float64)
+        return DirectModel(wide, model.task, model.spec, model.facts, model.refused), "the model in float64"
     cfg = dataclasses.replace(model.cfg, dtype="float64")
     if type(model) is CalledReadout:
         twin = CalledReadout(cfg, model.readout_fn)

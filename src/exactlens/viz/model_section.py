@@ -96,6 +96,9 @@ def _diff(ctx: ReportContext, spec: dict[str, Any], target: Any, s: dict[str, An
 def _hull(ctx: ReportContext, spec: dict[str, Any], target: Any, s: dict[str, Any]) -> tuple[str, Any]:
     from exactlens.verbs.hull import HullRequest, model_report
 
+    if target.info.get("import_refused"):
+        refused = target.info["import_refused"]
+        raise ExactLensError(f"the hull reads the weights of an ExactTransformer copy, and {refused}")
     request = HullRequest(target=None, device=ctx.device if ctx.device is not None else "cpu")
     foreign = target.info if target.info["kind"] == "foreign" else None
     result = model_report(target.model, request, foreign)
