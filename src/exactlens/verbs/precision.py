@@ -1,4 +1,5 @@
-"""``exactlens precision NAME``: the largest length at which a construction is still exact in a dtype."""
+"""``exactlens precision NAME | CHECKPOINT_DIR``: the largest length at which a construction is still exact in a
+dtype; for a model, where it stops answering right and whether floating point is the cause (its float64 twin)."""
 
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ def plot(result: Result) -> Any:
                            f"{result['name']} ({result['dtype']}): exact up to {result['max_exact_length']}", log=True)
 
 
-VIEW = View(lambda d: [("construction", d["name"]), ("dtype", d["dtype"]), ("max exact length", d["max_exact_length"]),
+VIEW = View(lambda d: [("model" if "target" in d else "construction", d["name"]), ("dtype", d["dtype"]), ("max exact length", d["max_exact_length"]),
                        ("first failure", d["first_failure_length"]), ("lengths checked", len(d["checked"]))],
             text, plot)
 

@@ -1,4 +1,6 @@
-"""``exactlens verify NAME``: accuracy, cross-entropy and margin of a construction per length."""
+"""``exactlens verify NAME | CHECKPOINT_DIR``: accuracy, cross-entropy and margin per length of a construction
+or a model (a checkpoint, an ExactTransformer, a train result, a TransformerLens model with ``task``/``readout``;
+exactlens.verbs.model_target) against its task's answers."""
 
 from __future__ import annotations
 
@@ -118,7 +120,7 @@ def _accuracies(data: dict[str, Any]) -> list[float]:
 
 def headline(data: dict[str, Any]) -> list[tuple[str, Any]]:
     accuracies = _accuracies(data)
-    return [("construction", data["name"]), ("dtype", data["dtype"]), ("lengths", len(data["results"])),
+    return [("model" if "target" in data else "construction", data["name"]), ("dtype", data["dtype"]), ("lengths", len(data["results"])),
             ("min accuracy", min(accuracies, default=None)),
             ("all exact", all(a == 1.0 for a in accuracies) and len(accuracies) == len(data["results"]))]
 
