@@ -19,12 +19,20 @@ __all__ = ["ModelTarget", "in_float64", "is_construction", "longest_of", "model_
 
 def is_construction(target: Any) -> bool:
     """A string that is not a checkpoint directory: a construction name (its own errors for unknown ones)."""
-    from exactlens.model.transformer import CONFIG_FILE
 
     if not isinstance(target, str):
         return False
-    path = Path(target)
-    return not (path.is_dir() and (path / CONFIG_FILE).exists())
+    return not _is_checkpoint(target)
+
+
+def _is_checkpoint(target: Any) -> bool:
+    from exactlens.model.transformer import CONFIG_FILE
+
+    try:
+        path = Path(target)
+        return path.is_dir() and (path / CONFIG_FILE).exists()
+    except (ValueError, OSError):  # a NUL byte, a name too long: no directory
+        return False
 
 
 @dataclass
@@ -55,7 +63,7 @@ def model_target(target: Any, task: Any = None, readout: Any = None, params: dic
         target = target.model
     if isinstance(target, (str, Path)):
         path = Path(target)
-        if not (path.is_dir() and (path / CONFIG_FILE).exists()):
+        if not _is_checkpoint(target):
             raise ExactLensError(f"{str(target)!r} is no checkpoint directory (no {CONFIG_FILE}) and no construction "
                                  "name (see `exactlens list`)")
         model = ExactTransformer.load(path).eval()

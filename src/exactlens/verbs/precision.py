@@ -124,8 +124,9 @@ def plot(result: Result) -> Any:
                            f"{result['name']} ({result['dtype']}): exact up to {result['max_exact_length']}", log=True)
 
 
-VIEW = View(lambda d: [("model" if "target" in d else "construction", d["name"]), ("dtype", d["dtype"]), ("max exact length", d["max_exact_length"]),
-                       ("first failure", d["first_failure_length"]), ("lengths checked", len(d["checked"]))],
+VIEW = View(lambda d: [("model" if "target" in d else "construction", d["name"]), ("dtype", d["dtype"]),
+                       ("max exact length", d["max_exact_length"]), ("first failure", d["first_failure_length"]),
+                       ("lengths checked", len(d["checked"]))],
             text, plot)
 
 register_verb(VerbSpec("precision", "the largest length at which a construction is still exact", PrecisionRequest, run,

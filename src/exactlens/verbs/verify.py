@@ -120,7 +120,8 @@ def _accuracies(data: dict[str, Any]) -> list[float]:
 
 def headline(data: dict[str, Any]) -> list[tuple[str, Any]]:
     accuracies = _accuracies(data)
-    return [("model" if "target" in data else "construction", data["name"]), ("dtype", data["dtype"]), ("lengths", len(data["results"])),
+    return [("model" if "target" in data else "construction", data["name"]), ("dtype", data["dtype"]),
+            ("lengths", len(data["results"])),
             ("min accuracy", min(accuracies, default=None)),
             ("all exact", all(a == 1.0 for a in accuracies) and len(accuracies) == len(data["results"]))]
 

@@ -317,6 +317,10 @@ def build_report(
     for name in selected + ([against] if against is not None else []):
         get(name)  # unknown names fail before any work
     user_model = None if model is None else {"model": model, "against": against, "task": task, "readout": readout}
+    if model is not None:  # a model that cannot be read, or a wrong task or readout, fails before any work
+        from exactlens.verbs.model_target import model_target
+
+        model_target(model, task, readout)
     where = resolve_device(device)
     with torch_threads(threads), staged(out_dir, overwrite=overwrite, what="report directory") as tmp:
         progress(f"report: {len(selected)} constructions -> {Path(out_dir) / 'index.html'}"
