@@ -172,6 +172,9 @@ def test_a_model_whose_weights_cannot_be_copied_is_verified_through_its_forward(
     assert result["results"][1]["accuracy"] == by_hand(model, 8)
     with pytest.raises(ExactLensError, match="RMS.*reads the weights or hooks of that copy"):
         el.hull(model, task="first", readout="last/1-0")
+    hooked = el.diff(model, "first", lengths=[2, 4], strings=8, parts=("behaviour", "circuit"), readout="last/1-0")
+    assert hooked["behaviour"]["agreement"] >= 0.95 and "RMS" in hooked["trained"]["import_refused"]
+    assert not hooked["circuit"]["available"] and "runs edge by edge on ExactTransformer" in hooked["circuit"]["reason"]
     scan = el.precision(make(causal=True, outputs=2, norm="RMS"), task="first", readout="last/1-0", strings=8)
     assert scan["first_failure_length"] is not None  # untrained: its float64 twin is the module widened
     assert scan["float64"]["applies"] and scan["float64"]["twin"] == "the model in float64"

@@ -161,8 +161,7 @@ def to_exact(model: Any, task: Any, readout: Any = None, name: str | None = None
         raise ExactLensError(f"task {task.name!r} ({task.kind}) is answered at one position: readout cls, last "
                              "or an index")
     if not called:  # outputs of the wrong shape for the task: said as the readout says it, before any copy
-        readout.apply(task, torch.zeros(1, f["n_ctx"], int(w_u.shape[1]) if readout.outputs is None
-                                        else f["d_vocab_out"]), torch.tensor([f["n_ctx"]]))
+        readout.apply(task, torch.zeros(1, f["n_ctx"], int(model.W_U.shape[1])), torch.tensor([f["n_ctx"]]))
     position = 0 if called else {"cls": 0, "last": -1, "every": 0}.get(readout.position, readout.position)
     cfg = ExactConfig(
         d_model=f["d_model"], n_layers=f["n_layers"], d_vocab=f["d_vocab"], n_heads=f["n_heads"], d_head=f["d_head"],
@@ -313,9 +312,8 @@ WARN_WORDS = 64  # words per length of the quick check
 def readout_warning(model: Any, exact: Any, task: Any, readout: Any, lengths: list[int], seed: int = 0) -> str | None:
     """A warning when ``model`` (read by ``readout``) is near chance on a few words while the construction
     ``exact`` is right (``exact`` None: whenever it is near chance), naming what most likely does not
-    match (the answer position, the output shape, the
-    token ids), with the accuracy of the readouts that do better. None when nothing is wrong; an exactlens
-    model (read by its own readout) is not checked."""
+    match (the answer position, the output shape, the token ids), with the accuracy of the readouts that do
+    better. None when nothing is wrong; an exactlens model (read by its own readout) is not checked."""
     if not is_foreign(model) or task.kind not in ("membership", "classification"):
         return None
     readout = parse_readout(readout) or default_readout(task)
