@@ -254,5 +254,7 @@ def test_bridge_over_a_hugging_face_model(tmp_path) -> None:
     assert trained["answer_readout"] == "last/1-0" and result["settings"]["readout"] == "last/1-0"
     assert trained["imported"] and result["circuit"]["available"]
     assert result["summary"]["agreement"] >= 0.95
+    checked = el.verify(bridge, task="first", readout="last/1-0", lengths=[8], strings=16)
+    assert checked["target"]["imported"] and checked["results"][0]["accuracy"] == by_hand(bridge, 8)
     baseline, how = untrained_foreign(bridge, FIRST, Readout("last", ("diff", 1, 0)), seed=1)
     assert baseline is not None and ("init_weights" in how or "_init_weights" in how)
