@@ -224,7 +224,7 @@ def test_report_section_for_the_model(make, tmp_path) -> None:
     page = Path(done["index"]).read_text()
     data = json.loads((tmp_path / "r" / "data" / "your_model.json").read_text())
     report = json.loads((tmp_path / "r" / "data" / "report.json").read_text())
-    assert report["errors"] == [] and [s["id"] for s in report["sections"]] == ["overview", "your-model"]
+    assert report["errors"] == [] and [s["id"] for s in report["sections"]] == ["your-model"]
     assert 'id="your-model"' in page and "DAS verdicts" in page
     assert min(r["accuracy"] for r in data["behaviour"]["results"]) >= 0.95
     assert data["diff"]["summary"]["agreement"] >= 0.95 and data["diff"]["summary"]["verdicts"]
