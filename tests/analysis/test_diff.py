@@ -187,7 +187,7 @@ def test_flawed_first_against_first_section_5_2() -> None:
 
 def test_bridge_export_against_its_construction() -> None:
     """A bridge is read as an ExactTransformer copy (its weights, outputs checked equal), so every part
-    applies, the circuit too; read through its hooks (a callable readout) it has no weights-read circuit."""
+    applies, the circuit too; a callable readout is applied by the copy to its full logits (the same)."""
     pytest.importorskip("transformer_lens.model_bridge")
     bridge = build("first", dtype="float64").to_bridge(length=9)
     result = diff(bridge, "first", lengths=[1, 2, 4, 8], strings=16, parts=("behaviour", "probes", "attention"))
@@ -202,10 +202,10 @@ def test_bridge_export_against_its_construction() -> None:
     def at_cls(logits, n_positions):
         return logits[:, 0, 0]
 
-    hooked = diff(bridge, "first", lengths=[2, 4], strings=8, parts=("behaviour", "circuit"), readout=at_cls)
-    assert hooked["behaviour"]["agreement"] == 1.0 and "callable" in hooked["trained"]["import_refused"]
-    assert hooked["trained"]["vocab_check"].startswith("size only")
-    assert not hooked["circuit"]["available"] and "TransformerBridge" in hooked["circuit"]["reason"]
+    called = diff(bridge, "first", lengths=[2, 4], strings=8, parts=("behaviour", "circuit"), readout=at_cls)
+    assert called["behaviour"]["agreement"] == 1.0 and called["trained"]["imported"]
+    assert called["settings"]["readout"] == "callable at_cls"
+    assert called["circuit"]["available"] and called["circuit"]["edges"]["jaccard"] == 1.0
 
 
 def test_bad_input() -> None:

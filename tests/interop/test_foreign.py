@@ -5,7 +5,9 @@ hull and circuit. The TL 3.9 tests run in the second environment (``make test-tl
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -35,21 +37,21 @@ def _bridge_available() -> bool:
     return True
 
 
-def tl3_model(causal: bool, outputs: int, n_layers: int = 1) -> object:
+def tl3_model(causal: bool, outputs: int, n_layers: int = 1, norm: str = "LN") -> object:
     from transformer_lens import HookedTransformerConfig
 
     cfg = HookedTransformerConfig(d_model=16, d_head=8, n_heads=2, n_layers=n_layers, n_ctx=12, d_vocab=3,
-                                  d_vocab_out=outputs, d_mlp=16, act_fn="relu", normalization_type="LN",
+                                  d_vocab_out=outputs, d_mlp=16, act_fn="relu", normalization_type=norm,
                                   attention_dir="causal" if causal else "bidirectional", seed=0)
     return _tl3()(cfg)
 
 
-def native_bridge(causal: bool, outputs: int, n_layers: int = 1) -> object:
+def native_bridge(causal: bool, outputs: int, n_layers: int = 1, norm: str = "LN") -> object:
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge.sources import boot_native
 
     cfg = TransformerBridgeConfig(d_model=16, d_head=8, n_heads=2, n_layers=n_layers, n_ctx=12, d_vocab=3,
-                                  d_vocab_out=outputs, d_mlp=16, act_fn="relu", normalization_type="LN",
+                                  d_vocab_out=outputs, d_mlp=16, act_fn="relu", normalization_type=norm,
                                   attention_dir="causal" if causal else "bidirectional",
                                   architecture="TransformerLensNative", seed=0)
     return boot_native(cfg)
@@ -137,11 +139,101 @@ def test_bidirectional_model_at_cls_through_every_verb(make) -> None:
     assert found["overlap"]["comparable"] and found["foreign"]["task"]["name"] == "first"
     hull = el.hull(model, task="first")
     assert [layer["layer"] for layer in hull["layers"]] == [0, 1] and hull["foreign"]["readout"] == "cls"
+    assert "task 'first'" in hull["target"]["tokens"] and hull["target"]["lengths"] == [3, 7, 11]
+    checked = el.verify(model, task="first", lengths=[2, 4], strings=16)
+    assert checked["target"]["readout"] == "cls" and min(r["accuracy"] for r in checked["results"]) >= 0.95
     with pytest.raises(ExactLensError, match="no weights-read circuit|named residual features.*discover"):
         el.circuit(model, task="first")
     baseline, how = untrained_foreign(model, FIRST, Readout("cls"), seed=1)
     assert "init_weights" in how and baseline is not None
     assert not torch.equal(baseline.W_E.float(), model.W_E.detach().float().cpu())
+
+
+def last_logodds(logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    """A user's readout: the log-odds (accept minus reject) at each word's last token."""
+    at = logits[torch.arange(len(n_positions)), n_positions - 1]
+    return at[:, 1] - at[:, 0]
+
+
+def by_hand(model: object, length: int) -> float:
+    """The accuracy of a last-token two-logit model on every word of a length, from its own forward."""
+    ids = FIRST.words(length, 2**length, torch.Generator().manual_seed(0), exhaustive_limit=4096)[0]
+    with torch.no_grad():
+        logits = model(FIRST.encode(ids).tokens)[:, -1]
+    return float(((logits[:, 1] > logits[:, 0]) == FIRST.targets(ids).bool()).double().mean())
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_a_model_whose_weights_cannot_be_copied_is_verified_through_its_forward(make) -> None:
+    model = train_first(make(causal=True, outputs=2, norm="RMS"), at_last=True)
+    result = el.verify(model, task="first", readout="last/1-0", lengths=[2, 8], strings=16)
+    target = result["target"]
+    assert target["imported"] is None and "normalization_type='RMS'" in target["import_refused"]
+    assert result["results"][1]["accuracy"] == by_hand(model, 8)
+    with pytest.raises(ExactLensError, match="RMS.*reads the weights or hooks of that copy"):
+        el.hull(model, task="first", readout="last/1-0")
+    hooked = el.diff(model, "first", lengths=[2, 4], strings=8, parts=("behaviour", "circuit"), readout="last/1-0")
+    assert hooked["behaviour"]["agreement"] >= 0.95 and "RMS" in hooked["trained"]["import_refused"]
+    assert not hooked["circuit"]["available"] and "runs edge by edge on ExactTransformer" in hooked["circuit"]["reason"]
+    scan = el.precision(make(causal=True, outputs=2, norm="RMS"), task="first", readout="last/1-0", strings=8)
+    assert scan["first_failure_length"] is not None  # untrained: its float64 twin is the module widened
+    assert scan["float64"]["applies"] and scan["float64"]["twin"] == "the model in float64"
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_verify_and_precision_of_a_causal_model(make) -> None:
+    model = train_first(make(causal=True, outputs=2), at_last=True)
+    with pytest.raises(ExactLensError, match="records no task: name it"):
+        el.verify(model, lengths=[2])
+    with pytest.raises(ExactLensError, match="output shape.*'last/1-0' \\(accuracy 1.000\\)"):
+        el.verify(model, task="first", lengths=[2])
+    result = el.verify(model, task="first", readout="last/1-0", lengths=[2, 8], strings=16)
+    assert result["target"]["kind"] == "foreign" and result["target"]["readout"] == "last/1-0"
+    assert result["results"][1]["strings"] == 256 and result["results"][1]["accuracy"] == by_hand(model, 8) >= 0.95
+    called = el.verify(model, task="first", readout=last_logodds, lengths=[2, 8], strings=16)
+    assert [r["accuracy"] for r in called["results"]] == [r["accuracy"] for r in result["results"]]
+    scan = el.precision(model, task="first", readout="last/1-0", strings=8)
+    assert max(r["length"] for r in scan["checked"]) <= 11  # n_ctx 12 less [CLS]
+    # an untrained model fails at once; its float64 twin fails the same: the function, not floating point
+    untrained = make(causal=True, outputs=2)
+    near_chance = el.verify(untrained, task="first", readout="last/1-0", lengths=[4, 6, 8], strings=32)
+    assert "near chance" in near_chance["readout_warning"]
+    scan = el.precision(untrained, task="first", readout="last/1-0", strings=8)
+    assert scan["first_failure_length"] is not None and scan["float64"]["applies"]
+    assert scan["float64"]["cause"].startswith("the model's function")
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_a_callable_readout_in_discover_and_hull(make) -> None:
+    model = train_first(make(causal=True, outputs=2), at_last=True)
+    kw = {"against": "first", "task": "first", "lengths": [2, 3], "words": 16}
+    by_text = el.discover(model, "eap", readout="last/1-0", **kw)
+    by_fn = el.discover(model, "eap", readout=last_logodds, **kw)
+    assert by_fn["foreign"]["readout"] == "callable last_logodds"
+    assert [e["score"] for e in by_fn["edges"]] == pytest.approx([e["score"] for e in by_text["edges"]], abs=1e-6)
+    hull = el.hull(model, task="first", readout=last_logodds)
+    assert hull["foreign"]["readout"] == "callable last_logodds" and len(hull["layers"]) == 1
+    with pytest.raises(ExactLensError, match="readout callable gives shape \\(4, 3, 2\\).*must give \\(4,\\)"):
+        el.hull(model, task="first", readout=lambda logits, n_positions: logits)
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_report_section_for_the_model(make, tmp_path) -> None:
+    model = train_first(make(causal=True, outputs=2), at_last=True)
+    done = el.report(out=tmp_path / "r", model=model, against="first", task="first", readout="last/1-0", quick=True)
+    page = Path(done["index"]).read_text()
+    data = json.loads((tmp_path / "r" / "data" / "your_model.json").read_text())
+    report = json.loads((tmp_path / "r" / "data" / "report.json").read_text())
+    assert report["errors"] == [] and [s["id"] for s in report["sections"]] == ["your-model"]
+    assert 'id="your-model"' in page and "DAS verdicts" in page
+    assert min(r["accuracy"] for r in data["behaviour"]["results"]) >= 0.95
+    assert data["diff"]["summary"]["agreement"] >= 0.95 and data["diff"]["summary"]["verdicts"]
+    assert [layer["layer"] for layer in data["hull"]["layers"]] == [0]
+    alone = el.report(out=tmp_path / "alone", model=model, task="first", readout="last/1-0", quick=True)
+    data = json.loads((Path(alone["index"]).parent / "data" / "your_model.json").read_text())
+    assert not data["diff"]["applies"] and "against=NAME" in data["diff"]["reason"] and data["hull"]["layers"]
+    with pytest.raises(ExactLensError, match="give model="):
+        el.report(out=tmp_path / "none", against="first")
 
 
 @pytest.mark.skipif(not _bridge_available(), reason="needs TransformerLens 4")
@@ -162,5 +254,7 @@ def test_bridge_over_a_hugging_face_model(tmp_path) -> None:
     assert trained["answer_readout"] == "last/1-0" and result["settings"]["readout"] == "last/1-0"
     assert trained["imported"] and result["circuit"]["available"]
     assert result["summary"]["agreement"] >= 0.95
+    checked = el.verify(bridge, task="first", readout="last/1-0", lengths=[8], strings=16)
+    assert checked["target"]["imported"] and checked["results"][0]["accuracy"] == by_hand(bridge, 8)
     baseline, how = untrained_foreign(bridge, FIRST, Readout("last", ("diff", 1, 0)), seed=1)
     assert baseline is not None and ("init_weights" in how or "_init_weights" in how)

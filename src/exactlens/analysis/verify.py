@@ -243,6 +243,47 @@ def _check_length(
 HARD_WORDS_BOUND = 128  # hard words per length join the sampled ones (work estimate; PALINDROME has ~100)
 
 
+def precision_grid(low: int, max_length: int) -> list[int]:
+    """Every length up to 32, then a logarithmic grid (16 per decade) up to max_length."""
+    return sorted(set(range(low, min(32, max_length) + 1)) | set(log_grid(max_length, 16, start=32)
+                                                                  if max_length > 32 else []))
+
+
+def scan_exactness(model: ExactTransformer, reader: Reader, grid: Sequence[int], low: int, strings: int,
+                   seed: int) -> tuple[list[dict[str, Any]], int, int | None]:
+    """precision's scan on any model: the checked rows, max_exact_length and first_failure_length."""
+    check_request(model, reader.task, grid, strings + HARD_WORDS_BOUND,
+                  f"checking {len(grid)} lengths up to {max(grid)} x {strings} words")
+    checked: dict[int, dict[str, Any]] = {}
+    first_failure = None
+    last_pass = low - 1
+    for length in bar(grid, desc="precision", unit="length"):
+        checked[length] = _check_length(None, reader, model, length, strings, seed)
+        if checked[length]["errors"]:
+            first_failure = length
+            break
+        last_pass = length
+    if first_failure is not None:
+        # Narrow (last_pass, first_failure): every length when the gap is small, else by
+        # bisection (assumes failures persist once they start; say so in the output).
+        low_end, high = last_pass, first_failure
+        while high - low_end > 1:
+            if high - low_end <= GAP_SCAN_LIMIT:
+                for length in range(low_end + 1, high):
+                    checked[length] = _check_length(None, reader, model, length, strings, seed)
+                    if checked[length]["errors"]:
+                        high = length
+                        break
+                break
+            mid = (low_end + high) // 2
+            checked[mid] = _check_length(None, reader, model, mid, strings, seed)
+            low_end, high = (low_end, mid) if checked[mid]["errors"] else (mid, high)
+        first_failure = high
+    rows = [checked[k] for k in sorted(checked)]
+    max_exact = (first_failure - 1) if first_failure is not None else max(grid)
+    return rows, max_exact, first_failure
+
+
 def precision(
     name: str,
     dtype: str = "float32",
@@ -275,39 +316,10 @@ def precision(
     construction.check_length(max_length, model)
     low = max(1, reader.task.min_length, construction.min_length)
     if lengths is None:
-        grid = sorted(set(range(low, min(32, max_length) + 1))
-                      | set(log_grid(max_length, 16, start=32) if max_length > 32 else []))
+        grid = precision_grid(low, max_length)
     else:
         grid = sorted(set(lengths))
-    check_request(model, reader.task, grid, strings + HARD_WORDS_BOUND,
-                  f"checking {len(grid)} lengths up to {max(grid)} x {strings} words")
-    checked: dict[int, dict[str, Any]] = {}
-    first_failure = None
-    last_pass = low - 1
-    for length in bar(grid, desc="precision", unit="length"):
-        checked[length] = _check_length(construction, reader, model, length, strings, seed)
-        if checked[length]["errors"]:
-            first_failure = length
-            break
-        last_pass = length
-    if first_failure is not None:
-        # Narrow (last_pass, first_failure): every length when the gap is small, else by
-        # bisection (assumes failures persist once they start; say so in the output).
-        low_end, high = last_pass, first_failure
-        while high - low_end > 1:
-            if high - low_end <= GAP_SCAN_LIMIT:
-                for length in range(low_end + 1, high):
-                    checked[length] = _check_length(construction, reader, model, length, strings, seed)
-                    if checked[length]["errors"]:
-                        high = length
-                        break
-                break
-            mid = (low_end + high) // 2
-            checked[mid] = _check_length(construction, reader, model, mid, strings, seed)
-            low_end, high = (low_end, mid) if checked[mid]["errors"] else (mid, high)
-        first_failure = high
-    rows = [checked[k] for k in sorted(checked)]
-    max_exact = (first_failure - 1) if first_failure is not None else max(grid)
+    rows, max_exact, first_failure = scan_exactness(model, reader, grid, low, strings, seed)
     return {
         "name": name,
         "dtype": dtype,

@@ -148,30 +148,37 @@ def to_exact(model: Any, task: Any, readout: Any = None, name: str | None = None
     if f["d_vocab"] != len(task.vocab):
         problems.append(f"d_vocab={f['d_vocab']}, but task {task.name!r} has {len(task.vocab)} token ids "
                         f"{dict(enumerate(task.vocab))} (see `exactlens task {task.name}`)")
-    if readout.fn is not None:
-        problems.append("a callable readout cannot be folded into the weights (give POSITION[/OUTPUTS])")
-    if readout.position == "cls" and not task.use_cls:
+    if readout.fn is None and readout.position == "cls" and not task.use_cls:
         problems.append(f"readout 'cls', but task {task.name!r} has no [CLS]")
     if problems:
         raise ExactLensError(f"cannot read {f['source']} as a model of task {task.name!r}: " + "; ".join(problems))
     dtype = _dtype(model)
-    w_u, b_u = _unembed(model, readout, f["d_vocab_out"], dtype)
-    if task.readout == "per_position" and readout.position != "every":
+    called = readout.fn is not None  # a callable reads the full logits: kept whole, applied by the copy
+    w_u, b_u = _unembed(model, Readout("every") if called else readout, f["d_vocab_out"], dtype)
+    if not called and task.readout == "per_position" and readout.position != "every":
         raise ExactLensError(f"task {task.name!r} ({task.kind}) is answered at every position: readout 'every'")
-    if task.readout != "per_position" and readout.position == "every":
+    if not called and task.readout != "per_position" and readout.position == "every":
         raise ExactLensError(f"task {task.name!r} ({task.kind}) is answered at one position: readout cls, last "
                              "or an index")
-    position = {"cls": 0, "last": -1, "every": 0}.get(readout.position, readout.position)
+    if not called:  # outputs of the wrong shape for the task: said as the readout says it, before any copy
+        readout.apply(task, torch.zeros(1, f["n_ctx"], int(model.W_U.shape[1])), torch.tensor([f["n_ctx"]]))
+    position = 0 if called else {"cls": 0, "last": -1, "every": 0}.get(readout.position, readout.position)
     cfg = ExactConfig(
         d_model=f["d_model"], n_layers=f["n_layers"], d_vocab=f["d_vocab"], n_heads=f["n_heads"], d_head=f["d_head"],
         d_mlp=f["d_mlp"], d_vocab_out=int(w_u.shape[1]), attention_mask="causal" if f["causal"] else "none",
         attn_scale=f["attn_scale"], normalization="pre" if f["normalization_type"] == "LN" else "none",
         ln_eps=f["eps"], act_fn=f["act_fn"] if f["d_mlp"] else "relu", positional_features=("learned",),
-        n_ctx=f["n_ctx"], readout=task.readout, readout_position=int(position), vocab=tuple(task.vocab),
+        n_ctx=f["n_ctx"], readout="per_position" if called else task.readout, readout_position=int(position),
+        vocab=tuple(task.vocab),
         task=task.spec(), dtype="float64" if dtype == torch.float64 else "float32",
         model_name=name or f"{f['class']} ({task.name}, readout {readout.text})",
         metadata={"imported_from": f["source"], "readout": readout.text})
-    exact = ExactTransformer(cfg)
+    if called:
+        from exactlens.interop.called import CalledReadout
+
+        exact = CalledReadout(cfg, readout.fn)
+    else:
+        exact = ExactTransformer(cfg)
     state = exact.state_dict()
     state["embed.W_E"] = model.W_E.detach()
     state["pos_embed.W_pos"] = model.W_pos.detach()
@@ -200,7 +207,8 @@ def to_exact(model: Any, task: Any, readout: Any = None, name: str | None = None
 
 @torch.no_grad()
 def _check_same(model: Any, exact: Any, task: Any, readout: Readout, f: dict[str, Any]) -> None:
-    """Both give the same outputs on random tokens of the task's vocabulary (full rows, no padding)."""
+    """Both give the same outputs on random tokens of the task's vocabulary (full rows, no padding); with a
+    callable readout, the same full logits (and the callable's outputs have the task's shape)."""
     gen = torch.Generator().manual_seed(0)
     n = min(f["n_ctx"], 8)
     tokens = torch.randint(0, f["d_vocab"], (8, n), generator=gen)
@@ -209,10 +217,14 @@ def _check_same(model: Any, exact: Any, task: Any, readout: Readout, f: dict[str
     training = model.training
     model.eval()  # dropout off (a Hugging Face model is built in training mode)
     try:
-        theirs = readout.apply(task, model(tokens.to(device)).detach().cpu().to(exact.cfg.torch_dtype), n_pos)
+        logits = model(tokens.to(device)).detach().cpu().to(exact.cfg.torch_dtype)
     finally:
         model.train(training)
-    ours = exact.select_readout(exact(tokens), n_pos)
+    if readout.fn is not None:
+        _check_called_shape(exact, task, f)
+        theirs, ours = logits, exact(tokens)
+    else:
+        theirs, ours = readout.apply(task, logits, n_pos), exact.select_readout(exact(tokens), n_pos)
     if ours.shape != theirs.shape:
         raise ExactLensError(f"cannot read {f['source']}: its outputs have shape {tuple(theirs.shape)}, the copy's "
                              f"{tuple(ours.shape)}")
@@ -223,6 +235,26 @@ def _check_same(model: Any, exact: Any, task: Any, readout: Readout, f: dict[str
             f"cannot read {f['source']} as an ExactTransformer: the copy's outputs differ from the model's by up "
             f"to {gap:.3g} on random tokens (a feature its config does not state, e.g. another attention scale, "
             "activation or normalization)")
+
+
+def _check_called_shape(exact: Any, task: Any, f: dict[str, Any]) -> None:
+    """A callable readout gives the task's outputs on a few of its words: [batch] (membership, regression),
+    [batch, classes] (classification) or [batch, pos, ...] (prediction)."""
+    length = max(task.min_length, min(2, f["n_ctx"] - task.n_specials))
+    batch = task.encode(task.words(length, 4, torch.Generator().manual_seed(0), exhaustive_limit=4)[0])
+    try:
+        out = exact.select_readout(exact(batch.tokens), batch.n_positions)
+    except Exception as err:  # the user's function: its own error, said as it is
+        raise ExactLensError(f"the readout callable failed on task {task.name!r}'s words: {type(err).__name__}: "
+                             f"{err}") from err
+    rows = batch.tokens.shape[0]
+    want = {"membership": (rows,), "regression": (rows,), "classification": (rows, task.n_outputs)}.get(task.kind)
+    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    per_position_ok = isinstance(out, torch.Tensor) and tuple(out.shape[:2]) == tuple(batch.tokens.shape)
+    if (want is not None and shape != want) or (want is None and not per_position_ok):
+        expected = want if want is not None else "(batch, positions, ...)"
+        raise ExactLensError(f"the readout callable gives shape {shape} on {rows} words of task {task.name!r} "
+                             f"({task.kind}); it must give {expected}")
 
 
 def resolve_model(target: Any, task: Any = None, readout: Any = None) -> tuple[Any, dict[str, Any] | None]:
@@ -279,9 +311,9 @@ WARN_WORDS = 64  # words per length of the quick check
 @torch.no_grad()
 def readout_warning(model: Any, exact: Any, task: Any, readout: Any, lengths: list[int], seed: int = 0) -> str | None:
     """A warning when ``model`` (read by ``readout``) is near chance on a few words while the construction
-    ``exact`` is right, naming what most likely does not match (the answer position, the output shape, the
-    token ids), with the accuracy of the readouts that do better. None when nothing is wrong; an exactlens
-    model (read by its own readout) is not checked."""
+    ``exact`` is right (``exact`` None: whenever it is near chance), naming what most likely does not
+    match (the answer position, the output shape, the token ids), with the accuracy of the readouts that do
+    better. None when nothing is wrong; an exactlens model (read by its own readout) is not checked."""
     if not is_foreign(model) or task.kind not in ("membership", "classification"):
         return None
     readout = parse_readout(readout) or default_readout(task)
@@ -295,8 +327,11 @@ def readout_warning(model: Any, exact: Any, task: Any, readout: Any, lengths: li
         rows.append((batch, task.targets(ids), model(batch.tokens.to(device)).detach().cpu().double()))
     truth = torch.cat([t for _, t, _ in rows])
     base = float(max((truth == v).double().mean() for v in truth.unique()))
-    exact_right = torch.cat([tasks_reader(exact, task).decide(exact.select_readout(exact(b.tokens.to(
-        next(exact.parameters()).device)).cpu(), b.n_positions), b.n_positions) == t for b, t, _ in rows])
+    exact_ok = True  # without a construction (verify), a model near chance is said all the same
+    if exact is not None:
+        exact_right = torch.cat([tasks_reader(exact, task).decide(exact.select_readout(exact(b.tokens.to(
+            next(exact.parameters()).device)).cpu(), b.n_positions), b.n_positions) == t for b, t, _ in rows])
+        exact_ok = float(exact_right.double().mean()) >= 0.99
 
     def accuracy(spec: Readout) -> float | None:
         try:
@@ -314,13 +349,14 @@ def readout_warning(model: Any, exact: Any, task: Any, readout: Any, lengths: li
             fits = [(a, accuracy(a)) for a in _alternatives(task, readout)]
             fits = [f"{a.text!r} (accuracy {acc:.3f})" for a, acc in fits if acc is not None]
             raise ExactLensError(f"{err}" + (f"; readouts that fit: {', '.join(fits)}" if fits else "")) from None
-    if float(exact_right.double().mean()) < 0.99 or (own is not None and own > base + CHANCE_MARGIN):
+    if not exact_ok or (own is not None and own > base + CHANCE_MARGIN):
         return None
     better = sorted(((a, accuracy(a)) for a in _alternatives(task, readout)), key=lambda x: -(x[1] or 0))
     better = [(a, acc) for a, acc in better if acc is not None and acc > base + CHANCE_MARGIN][:2]
     shown = "n/a (the outputs do not fit the task's shape)" if own is None else f"{own:.3f}"
     head = (f"the model's accuracy with readout {readout.text!r} is {shown} on {len(truth)} words, near chance "
-            f"({base:.3f}: the most common answer), while the construction is right")
+            f"({base:.3f}: the most common answer)" + (", while the construction is right" if exact is not None
+                                                        else ""))
     if better:
         tried = ", ".join(f"{a.text!r} gives {acc:.3f}" for a, acc in better)
         return f"{head}; readout {tried}: likely an answer-position or output-shape mismatch (pass readout=)"
@@ -348,8 +384,6 @@ def untrained_foreign(model: Any, task: Any, readout: Readout, seed: int) -> tup
         fresh, how = untrained_copy(model)
     if fresh is None:
         return None, how
-    if readout.fn is not None:
-        return None, "the model is read through its hooks (a callable readout): no untrained copy is fitted"
     try:
         return to_exact(fresh, task, readout), f"re-initialized by {how} (seed {seed})"
     except ExactLensError as err:

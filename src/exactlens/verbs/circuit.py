@@ -29,7 +29,13 @@ def foreign_target(request: Any) -> tuple[Any, dict[str, Any] | None]:
     if not is_foreign(request.target) and request.task is not None:
         raise ExactLensError("task applies to a model exactlens did not build (a HookedTransformer, a "
                              "TransformerBridge), which records no task; an exactlens model answers its own")
-    return resolve_model(request.target, request.task, request.readout)
+    try:
+        return resolve_model(request.target, request.task, request.readout)
+    except ExactLensError as err:
+        if not str(err).startswith("cannot read"):
+            raise
+        raise ExactLensError(f"{err}; this verb reads the weights or hooks of that copy (verify, precision and diff "
+                             "read such a model through its own forward pass)") from None
 
 
 def run(request: CircuitRequest) -> Result:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from exactlens.requests import Device, DType, Int, Pairs, Text, option
+from exactlens.interop.readout import ReadoutKind
+from exactlens.requests import Any_, Device, DType, Int, Pairs, Text, option
 from exactlens.viz.backend import pyplot
 
-__all__ = ["ConstructionRequest", "device_option", "num", "per_length_plot"]
+__all__ = ["ConstructionRequest", "device_option", "model_target_option", "num", "per_length_plot", "readout_option",
+           "task_option"]
 
 
 def device_option(what: str = "", **how: Any) -> Any:
@@ -17,6 +19,28 @@ def device_option(what: str = "", **how: Any) -> Any:
     return option("auto", kind=Device(), metavar="{cpu,cuda,mps,auto}",
                   help="where models run: cpu, cuda (or cuda:N), mps, or auto (default: CUDA if present, else MPS, "
                        "else the CPU)" + (f"; {what}" if what else ""), **how)
+
+
+def model_target_option() -> Any:
+    """NAME of a verb that takes a construction or a model (verify, precision)."""
+    return option(kind=Any_(), positional=True, metavar="NAME | CHECKPOINT_DIR",
+                  help="a construction name (see `exactlens list`) or a checkpoint directory; in Python also a model "
+                       "(an ExactTransformer, a train result, a TransformerLens HookedTransformer or "
+                       "TransformerBridge)")
+
+
+def task_option() -> Any:
+    """``--task``: the task of a model that records none."""
+    return option(None, kind=Text(), metavar="NAME",
+                  help="the task of a model that records none (a TransformerLens or Hugging Face model; see "
+                       "`exactlens task NAME`)")
+
+
+def readout_option() -> Any:
+    """``--readout``: where a model exactlens did not build answers."""
+    return option(None, kind=ReadoutKind(), metavar="POSITION[/OUTPUTS]",
+                  help="where such a model answers and which outputs (cls, last, every or a position, optionally "
+                       "/K, /A-B, /A:B; in Python also a callable; default: the task's)")
 
 
 @dataclass(frozen=True)

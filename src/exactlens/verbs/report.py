@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from exactlens.requests import Bool, Path_, TextList, command_line, option
+from exactlens.errors import ExactLensError
+from exactlens.requests import Any_, Bool, Path_, Text, TextList, command_line, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb
-from exactlens.verbs.common import device_option
+from exactlens.verbs.common import device_option, readout_option, task_option
 
 
 @dataclass(frozen=True)
@@ -21,14 +23,30 @@ class ReportRequest:
     overwrite: bool = option(False, kind=Bool(), help="replace an existing --out directory")
     device: Any = device_option("for the verify, precision, training and diff work (figures: CPU); report.json: "
                                 "device")
+    model: Any = option(None, kind=Any_(), metavar="CHECKPOINT_DIR",
+                        help="add a section for this model (a checkpoint directory; in Python also an "
+                             "ExactTransformer or a TransformerLens model): its behaviour, the diff against "
+                             "--against and a hull check; without names, the report has only that section")
+    against: str | None = option(None, kind=Text(), metavar="NAME",
+                                 help="the construction --model is compared with (a construction of its task)")
+    task: str | None = task_option()
+    readout: Any = readout_option()
 
 
 def run(request: ReportRequest) -> Result:
+    from exactlens.verbs.model_target import is_construction
     from exactlens.viz.page import build_report
 
-    shown = replace(request, device=str(request.device))
+    if isinstance(request.model, str) and is_construction(request.model):
+        raise ExactLensError(f"model {request.model!r} is no checkpoint directory (no config.json); a construction's "
+                             "section comes from naming it (exactlens report NAME)")
+    named = request.model is None or isinstance(request.model, (str, os.PathLike))
+    shown = replace(request, device=str(request.device),
+                    model=request.model if named else f"<{type(request.model).__name__}>",
+                    readout=request.readout if isinstance(request.readout, (str, int, type(None))) else "<callable>")
     index = build_report(list(request.names) if request.names else None, request.out, quick=request.quick,
-                         overwrite=request.overwrite, command=command_line("report", shown), device=request.device)
+                         overwrite=request.overwrite, command=command_line("report", shown), device=request.device,
+                         model=request.model, against=request.against, task=request.task, readout=request.readout)
     return Result("report", {"index": str(index)}, path=index)
 
 

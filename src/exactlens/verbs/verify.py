@@ -1,26 +1,46 @@
-"""``exactlens verify NAME``: accuracy, cross-entropy and margin of a construction per length."""
+"""``exactlens verify NAME | CHECKPOINT_DIR``: accuracy, cross-entropy and margin per length of a construction
+or a model (a checkpoint, an ExactTransformer, a train result, a TransformerLens model with ``task``/``readout``;
+exactlens.verbs.model_target) against its task's answers."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from exactlens.errors import ExactLensError
 from exactlens.requests import Int, Lengths, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.common import ConstructionRequest, num, per_length_plot
+from exactlens.verbs.common import (
+    ConstructionRequest,
+    model_target_option,
+    num,
+    per_length_plot,
+    readout_option,
+    task_option,
+)
 
 
 @dataclass(frozen=True)
 class VerifyRequest(ConstructionRequest):
+    name: Any = model_target_option()
     lengths: list | None = option(None, kind=Lengths(0), help="A:B[:STEP] (inclusive) or a,b,c; default 1:12 (up to "
                                   "the construction's longest)")
     strings: int = option(1000, kind=Int(1), help="random strings per length (short lengths: all)")
+    task: str | None = task_option()
+    readout: Any = readout_option()
 
 
 def run(request: VerifyRequest) -> Result:
     from exactlens.analysis.verify import verify
     from exactlens.constructions import get
+    from exactlens.verbs.model_target import is_construction
+
+    if not is_construction(request.name):
+        return _run_model(request)
+    if request.task is not None or request.readout is not None:
+        raise ExactLensError("task and readout apply to a model (a checkpoint, an ExactTransformer, a TransformerLens "
+                             f"model); construction {request.name!r} answers its own task")
 
     # bad names, parameters or devices fail before any progress
     construction = get(request.name)
@@ -37,6 +57,42 @@ def run(request: VerifyRequest) -> Result:
             f"{request.name} ({request.dtype}) gives NaN or infinite outputs at lengths {lengths} "
             f"({sum(r['non_finite_words'] for r in broken)} words): no decision is read from them; check the "
             "parameters (a value may overflow the dtype)")
+    return result
+
+
+def _run_model(request: VerifyRequest) -> Result:
+    """verify on a model: its behaviour against its task's answers (membership function, classes...)."""
+    from exactlens import tasks
+    from exactlens.analysis.verify import verify_model
+    from exactlens.devices import device_name, resolve_device
+    from exactlens.interop.foreign import readout_warning
+    from exactlens.verbs.model_target import model_lengths, model_target, on_device
+
+    target = model_target(request.name, request.task, request.readout, request.params)
+    lengths = model_lengths(target, request.lengths)
+    model = on_device(target.model, resolve_device(request.device, target.model.cfg.dtype))
+    tell(f"verifying {target.label} ({model.cfg.dtype}, {model.device}) on {len(lengths)} lengths of task "
+         f"{target.task.name!r}")
+    data: dict[str, Any] = {"name": target.label, "dtype": model.cfg.dtype, "seed": request.seed, "params": {},
+                            "device": device_name(model.device), "task": target.task.spec(),
+                            "decision_rule": tasks.reader(model, target.task).name, "target": target.info}
+    if target.original is not None:  # a readout that reads the model near chance is said before the work
+        warning = readout_warning(target.original, None, target.task, request.readout, lengths, request.seed)
+        if warning:
+            tell(f"verify: warning: {warning}")
+            data["readout_warning"] = warning
+    if request.dtype != model.cfg.dtype:
+        data["dtype_note"] = (f"dtype {request.dtype} applies to a construction; the model runs in its own dtype "
+                              f"{model.cfg.dtype}")
+    data["results"] = verify_model(model, lengths, strings=request.strings, seed=request.seed, task=target.task)
+    return _checked(Result("verify", data), request)
+
+
+def _checked(result: Result, request: VerifyRequest) -> Result:
+    broken = [r for r in result["results"] if r.get("non_finite_words")]
+    if broken:
+        result.failure = (f"{result['name']} gives NaN or infinite outputs at lengths {[r['length'] for r in broken]} "
+                          f"({sum(r['non_finite_words'] for r in broken)} words): no decision is read from them")
     return result
 
 
@@ -64,7 +120,8 @@ def _accuracies(data: dict[str, Any]) -> list[float]:
 
 def headline(data: dict[str, Any]) -> list[tuple[str, Any]]:
     accuracies = _accuracies(data)
-    return [("construction", data["name"]), ("dtype", data["dtype"]), ("lengths", len(data["results"])),
+    return [("model" if "target" in data else "construction", data["name"]), ("dtype", data["dtype"]),
+            ("lengths", len(data["results"])),
             ("min accuracy", min(accuracies, default=None)),
             ("all exact", all(a == 1.0 for a in accuracies) and len(accuracies) == len(data["results"]))]
 

@@ -91,6 +91,7 @@ class ReportContext:
     errors: list[dict[str, str]] = field(default_factory=list)
     section_settings: dict[str, Any] = field(default_factory=dict)  # a section's own, for report.json
     device: Any = None  # torch.device of the verify, precision, training and diff work (None: the CPU)
+    user_model: dict[str, Any] | None = None  # {"model", "against", "task", "readout"}: the user's model's section
 
     def device_for(self, dtype: str) -> Any:
         """The device of work in ``dtype``: the report's, or the CPU for float64 on MPS (which has none)."""
@@ -225,6 +226,7 @@ def section_builders() -> list[SectionBuilder]:
 
 # The generic sections (exactlens.viz.sections), imported when a report is built.
 register_section("overview", lazy("exactlens.viz.sections:overview_sections"), order=0)
+register_section("your-model", lazy("exactlens.viz.model_section:model_sections"), order=5)
 register_section("constructions", lazy("exactlens.viz.sections:construction_sections"), order=10)
 register_section("circuit-discovery", lazy("exactlens.viz.circuit_sections:discovery_sections"), order=20)
 
@@ -273,6 +275,10 @@ def build_report(
     overwrite: bool = False,
     command: str | None = None,
     device: Any = None,
+    model: Any = None,
+    against: str | None = None,
+    task: str | None = None,
+    readout: Any = None,
 ) -> Path:
     """Write out_dir/index.html and its assets for the given constructions (default: all
     registered); return the path of index.html. ``out_dir`` is written as one new directory that
@@ -287,6 +293,11 @@ def build_report(
 
     ``device`` (exactlens.devices; None: the CPU): where the report's verify, precision, training and
     diff work runs (the papers' figure code runs on the CPU); report.json records it.
+
+    ``model``: a section for a user's model (a checkpoint directory, an ExactTransformer, a TransformerLens
+    model; exactlens.viz.model_section), compared with the construction ``against``; ``task`` and
+    ``readout`` for a model that records no task or answers elsewhere. With a model and no names, the report
+    has no construction sections.
     """
     from exactlens.devices import resolve_device
 
@@ -300,9 +311,16 @@ def build_report(
     for name in names or ():
         if not isinstance(name, str):
             raise ExactLensError(f"a report name is a construction name (a string), got {name!r}")
-    selected = list(dict.fromkeys(names)) if names else registered_names()
-    for name in selected:
+    if model is None and (against, task, readout) != (None, None, None):
+        raise ExactLensError("against, task and readout describe a model: give model= (--model) too")
+    selected = list(dict.fromkeys(names)) if names else ([] if model is not None else registered_names())
+    for name in selected + ([against] if against is not None else []):
         get(name)  # unknown names fail before any work
+    user_model = None if model is None else {"model": model, "against": against, "task": task, "readout": readout}
+    if model is not None:  # a model that cannot be read, or a wrong task or readout, fails before any work
+        from exactlens.verbs.model_target import model_target
+
+        model_target(model, task, readout)
     where = resolve_device(device)
     with torch_threads(threads), staged(out_dir, overwrite=overwrite, what="report directory") as tmp:
         progress(f"report: {len(selected)} constructions -> {Path(out_dir) / 'index.html'}"
@@ -312,7 +330,7 @@ def build_report(
             "version": __version__,
             "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         }
-        errors = _build_report(selected, tmp, quick, builders, made, where)
+        errors = _build_report(selected, tmp, quick, builders, made, where, user_model)
     index = Path(out_dir) / "index.html"
     progress(f"report: wrote {index}")
     if errors:
@@ -329,11 +347,13 @@ def _pages_list(out: Path) -> str:
 
 
 def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequence[SectionBuilder] | None,
-                  made: dict[str, str], device: Any = None) -> list[dict[str, str]]:
+                  made: dict[str, str], device: Any = None,
+                  user_model: dict[str, Any] | None = None) -> list[dict[str, str]]:
     from exactlens.devices import device_name
 
     start = time.perf_counter()
-    ctx = ReportContext(out_dir=out, names=selected, quick=quick, settings=QUICK if quick else FULL, device=device)
+    ctx = ReportContext(out_dir=out, names=selected, quick=quick, settings=QUICK if quick else FULL, device=device,
+                        user_model=user_model)
     sections: list[Section] = []
     timings: dict[str, float] = {}
     chosen = section_builders() if builders is None else list(builders)

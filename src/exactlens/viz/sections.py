@@ -23,6 +23,8 @@ from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progres
 
 
 def overview_sections(ctx: ReportContext) -> list[Section]:
+    if not ctx.names and ctx.user_model is not None:  # a report on the user's model alone: its section says it all
+        return []
     s = ctx.settings
     items = "".join(
         f'<li><a href="#{esc("construction-" + slug(n))}">{esc(n)}</a> — '
