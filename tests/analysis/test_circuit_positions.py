@@ -179,3 +179,19 @@ def test_swappable_heads_give_equivalent_circuits():
     assert match["swappable_heads"] == [["L0.H0", "L0.H1"], ["L1.H0", "L1.H1"]]
     exact = best_match(valid[swapped], valid, set(), swappable_heads(model))
     assert exact["best"] == swapped and exact["candidates"][swapped]["f1"] == 1.0
+
+
+# ---- the ACDC paper's AUC construction ---------------------------------------------------------------
+
+
+def test_stair_auc_is_the_papers_pessimistic_staircase():
+    from exactlens.analysis.circuit.sweep import stair_auc, sweep_auc
+
+    # the ACDC repository's stored sweep for tracr-reverse, random ablation: every run keeps 3 of 15
+    # circuit edges at fpr 0 (5 of 16 nodes); its table prints 0.20 / 0.31, trapezoids give 0.60
+    assert stair_auc([(0.0, 0.2)] * 61) == pytest.approx(0.2) and sweep_auc([(0.0, 0.2)]) == pytest.approx(0.6)
+    assert stair_auc([(0.0, 0.3125)]) == pytest.approx(0.3125)
+    # a rise at fpr x earns (1 - x) of it; a dominated point adds nothing
+    assert stair_auc([(0.0, 0.6), (0.6, 0.8)]) == pytest.approx(0.6 + 0.2 * 0.4)
+    assert stair_auc([(0.2, 0.6), (0.5, 0.5)]) == pytest.approx(0.6 * 0.8)
+    assert stair_auc([]) == 0.0 and stair_auc([(0.0, 1.0)]) == 1.0
