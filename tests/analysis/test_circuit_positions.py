@@ -87,7 +87,7 @@ def test_firsts_circuit_per_position_as_stated_by_hand():
 
 
 @pytest.mark.parametrize(("name", "ablation"), [("first", "resample"), ("parity", "resample"), ("parity", "zero"),
-                                                ("dyck1", "mean"), ("one", "zero")])
+                                                ("dyck1", "mean"), ("one", "zero"), ("induction-recent", "resample")])
 def test_the_position_circuit_is_sufficient(name, ablation):
     model, graph, batches, circuit = _position_setup(name, ablation, words=16)
     check = check_circuit(model, circuit, batches)
@@ -141,6 +141,7 @@ def test_cli_position_granularity(capsys):
     assert out["check"]["outside_changed"] == 0
     assert {e["edge"] for e in out["edges"] if not e["constant"]} == set(
         ["embed->L0.MLP@1", "L0.MLP->L1.H0.v@1", "L1.H0->output@0"])
+    assert all(e["edge"].endswith(f"@{e['position']}") for e in out["edges"])
 
 
 # ---- swappable heads ---------------------------------------------------------------------------------
