@@ -6,6 +6,7 @@ the exact circuit's, seconds).
 
 Usage: PYTHONPATH=src python benchmarks/circuit_discovery.py [--quick] [--names N ...] [--words 32]
        [--span 4] [--methods patching eap acdc ...] [--ablation resample|mean|cross-length|zero]
+       [--granularities head qkv position]
        [--out results.json [--overwrite]]
        (--quick: three small constructions, 16 words, 3 lengths)
 """
@@ -22,6 +23,7 @@ import torch
 from exactlens.analysis.circuit.ablation import ABLATIONS
 from exactlens.analysis.circuit.discovery import METHODS
 from exactlens.analysis.circuit.evaluate import catalogue
+from exactlens.analysis.circuit.graph import EDGE_GRANULARITIES, GRANULARITIES
 from exactlens.analysis.circuit.scoring import best_cut_text
 from exactlens.constructions.registry import names as construction_names
 from exactlens.jsonio import dumps
@@ -41,6 +43,9 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=32, help="words per length (all when fewer; default 32)")
     parser.add_argument("--span", type=int, default=4, help="lengths: the shortest and the next span-1 (default 4)")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--granularities", nargs="+", choices=EDGE_GRANULARITIES, default=list(GRANULARITIES),
+                        help="edge granularities (position: one edge per token position, words of the longest "
+                             "length only; default head qkv)")
     parser.add_argument("--ablation", choices=ABLATIONS, default="resample",
                         help="what an ablated edge reads (cross-length: a word of another length; default resample)")
     parser.add_argument("--metrics", default="auroc,cpr,cmd", help="auroc,cpr,cmd (cpr/cmd: faithfulness curves)")
@@ -57,7 +62,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f}; torch threads {args.threads}", flush=True)
     start = time.perf_counter()
     rows = catalogue(names, words=args.words, span=args.span, methods=args.methods, ablation=args.ablation,
-                     metrics=args.metrics)
+                     metrics=args.metrics, granularities=args.granularities)
     print("| construction | granularity | method | circuit edges (constant) / all | edge AUROC | node AUROC | "
           "precision | recall | best cut: F1 (P / R) | CPR / CMD | exact CPR / CMD | s (method + curve) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -75,6 +75,9 @@ def format_discover_text(result: dict[str, Any]) -> str:
         c = eq["candidates"][eq["best"]]
         lines.append(f"best-matching valid circuit: {eq['best']} ({c['n_edges']} observable edges): F1 {_f(c['f1'])}, "
                      f"precision {_f(c['precision'])}, recall {_f(c['recall'])}")
+    if eq and eq.get("swappable_heads"):
+        pairs = ", ".join(" <-> ".join(p) for p in eq["swappable_heads"])
+        lines.append(f"swappable heads (identical weights): {pairs}")
     if "faithfulness" in result:
         lines.append(_faithfulness_text(result, "faithfulness (MIB's sizes)"))
     if "exact_circuit" in result:

@@ -1,7 +1,8 @@
 """A circuit as an inline SVG: nodes in computation order (embeddings left, output right, one column
 per layer's heads and one per its FFN and norms), every edge of the graph drawn faintly, the
 circuit's edges drawn strongly (dashed where constant: the ablation used cannot move them), and at qkv
-granularity each head's query, key and value inputs as three ports.
+granularity each head's query, key and value inputs as three ports. A position-resolved circuit is
+drawn per edge over all positions (constant only where every position is), the positions on hover.
 
 The faint edges are one SVG path (a graph can have thousands: tracr-shuffle_dyck2's 1,400 edges took
 320 KB of the report as one element each); the circuit's edges keep one element each, with their name
@@ -36,11 +37,28 @@ def _columns(nodes: list[str]) -> dict[str, tuple[int, int]]:
     return {n: (last if c == -1 else c, r) for n, (c, r) in where.items()}
 
 
+def _without_positions(circuit: dict[str, Any], all_edges: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """A position-resolved circuit as one edge per sender and receiving input: in the circuit where any
+    position is, constant where every position is, its positions listed with the features."""
+    merged: dict[str, dict[str, Any]] = {}
+    for e in circuit["edges"]:
+        whole, _, at = e["edge"].rpartition("@")
+        m = merged.setdefault(whole, {**e, "edge": whole, "constant": True, "positions": []})
+        m["constant"] = bool(m["constant"] and e.get("constant"))
+        m["positions"].append(at)
+    for m in merged.values():
+        m["features"] = [*m["features"], f"at positions {' '.join(m['positions'])}"]
+    wholes = list(dict.fromkeys(e.rpartition("@")[0] or e for e in all_edges))
+    return {**circuit, "edges": list(merged.values())}, wholes
+
+
 def circuit_svg(circuit: dict[str, Any], all_edges: list[str] | None = None) -> str:
     """SVG of a circuit as ``circuit_report``/``Circuit.to_dict`` gives it; ``all_edges`` (names of
     every edge of the graph; default its ``graph_edges``) are drawn faintly under it. An edge dict may
     carry its own ``colour`` (a comparison of two circuits colours shared and one-sided edges)."""
     all_edges = circuit.get("graph_edges", []) if all_edges is None else all_edges
+    if any("@" in e["edge"] for e in circuit["edges"]) or any("@" in e for e in all_edges or []):
+        circuit, all_edges = _without_positions(circuit, all_edges)
     nodes = circuit["nodes"]
     place = _columns(nodes)
     n_cols = max(c for c, _ in place.values()) + 1

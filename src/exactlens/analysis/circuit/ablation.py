@@ -146,15 +146,17 @@ def mark_constant(circuit: Circuit, batches: list[Batch], model) -> Circuit:
     marked = []
     for c in circuit.edges:
         dims = [index[f] for f in c.features]
-        same = all(_unmovable(b, c.edge.sender, dims) for b in batches)
+        same = all(unmovable(b, c.edge.sender, dims, c.edge.position) for b in batches)
         marked.append(CircuitEdge(c.edge, c.features, c.through_norm, same))
     return Circuit(circuit.graph, marked)
 
 
-def _unmovable(batch: Batch, sender: str, dims: list[int]) -> bool:
-    clean = batch.clean.outputs[sender][..., dims]
+def unmovable(batch: Batch, sender: str, dims: list[int], position: int | None = None) -> bool:
+    """The ablation cannot move these features of the sender's output (at ``position``, or anywhere)."""
+    where = (..., dims) if position is None else (slice(None), slice(position, position + 1), dims)
+    clean = batch.clean.outputs[sender][where]
     if batch.ablation in ("cross-length", "zero"):
-        return _equal(clean, batch.source[sender][..., dims])
+        return _equal(clean, batch.source[sender][where])
     return _equal(clean, clean[:1])
 
 

@@ -192,9 +192,19 @@ def edge_attribution(model, graph: ModelGraph, batches: list[Batch], threshold: 
             for target, x in run.inputs.items():
                 if x.grad is not None:
                     grads[target] = x.grad / steps + grads[target] if target in grads else x.grad / steps
+        per_position: dict[tuple, torch.Tensor] = {}
         for e in graph.edges:
             grad = grads.get(e.target)
             if grad is None:  # the receiver's input does not reach the output (e.g. a dead branch)
+                continue
+            if e.position is not None:  # position granularity: the product summed once per input, then split
+                key = (e.sender, e.target)
+                if key not in per_position:
+                    seen += grad.numel()
+                    non_finite += int((~grad.isfinite()).sum())
+                    delta = (batch.source[e.sender] - batch.clean.outputs[e.sender]).expand_as(grad)
+                    per_position[key] = (delta * grad).detach().nansum(dim=(0, 2))
+                totals[e] += abs(float(per_position[key][e.position])) / len(batch.tokens)
                 continue
             seen += grad.numel()
             non_finite += int((~grad.isfinite()).sum())

@@ -13,9 +13,9 @@ import torch
 from exactlens.analysis.circuit.ablation import ABLATIONS, Batch, check_circuit, make_batch, mark_constant
 from exactlens.analysis.circuit.correspond import compare_with_circuit
 from exactlens.analysis.circuit.discovery import DEFAULT_IG_STEPS, METHODS, Discovery, check_threshold, discover
-from exactlens.analysis.circuit.equivalent import best_match, valid_circuits
+from exactlens.analysis.circuit.equivalent import best_match, swappable_heads, valid_circuits
 from exactlens.analysis.circuit.faithfulness import METRICS, DivergenceCache, check_metrics, faithfulness, ranked
-from exactlens.analysis.circuit.graph import GRANULARITIES, ModelGraph, model_graph
+from exactlens.analysis.circuit.graph import EDGE_GRANULARITIES, GRANULARITIES, POSITION, ModelGraph, model_graph
 from exactlens.analysis.circuit.request import DiscoverRequest
 from exactlens.analysis.circuit.scoring import score_discovery
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
@@ -125,6 +125,47 @@ def source_length(task, length: int, longest: int | None = None) -> int:
                          f"and {task.name} allows only lengths {task.min_length}..{longest} here")
 
 
+POSITION_SPAN_INDEX = 3  # position granularity's default length: the task's shortest + 3
+
+
+def position_lengths(model, lengths: Sequence[int] | None, longest: int | None = None) -> list[int]:
+    """Position granularity reads words of one length (each position is an edge): the one given, or
+    the task's shortest length + 3 (within what the model answers)."""
+    task = task_reader(model).task
+    own = longest_length(model)
+    longest = own if longest is None else (longest if own is None else min(longest, own))
+    if lengths is None:
+        span = default_lengths(task, longest)
+        return [span[min(POSITION_SPAN_INDEX, len(span) - 1)]]
+    lengths = list(lengths) if hasattr(lengths, "__iter__") and not isinstance(lengths, (str, bytes)) else lengths
+    if not isinstance(lengths, list) or len(lengths) != 1:
+        raise ExactLensError(f"position granularity resolves edges per token position of words of one length: give "
+                             f"one length (--lengths L), got {lengths!r}")
+    return lengths
+
+
+def edge_graph(model, granularity: str, lengths: Sequence[int] | None,
+               longest: int | None = None) -> tuple[ModelGraph, Sequence[int] | None]:
+    """The model's graph at ``granularity`` and the lengths to run (position granularity: one length,
+    whose number of token positions the graph is resolved over)."""
+    if granularity != POSITION:
+        return model_graph(model, granularity), lengths
+    lengths = position_lengths(model, lengths, longest)
+    if isinstance(lengths[0], bool) or not isinstance(lengths[0], int):
+        raise ExactLensError(f"lengths are whole numbers, got {lengths[0]!r}")
+    return model_graph(model, POSITION, lengths[0] + task_reader(model).task.n_specials), lengths
+
+
+def exact_circuit(model, graph: ModelGraph, batches: list[Batch]) -> Circuit:
+    """The model's ground-truth circuit on the graph, its constant edges marked on the batches
+    (position granularity: resolved per position, exactlens.analysis.circuit.positions)."""
+    if graph.granularity == POSITION:
+        from exactlens.analysis.circuit.positions import position_circuit
+
+        return position_circuit(model, graph, batches)
+    return mark_constant(derive_circuit(model, graph.granularity), batches, model)
+
+
 def _resolve(target: Any):
     from exactlens.analysis.diff.runs import resolve_trained
 
@@ -138,13 +179,13 @@ def circuit_report(target: Any, *, granularity: str = "head", lengths: Sequence[
     its edges are constant on the words, and (``check``) the ablation evidence: decisions changed by
     ablating every edge outside the circuit (should be 0) and by each edge inside it alone. ``out``:
     also write the circuit in MIB's circuit file format (exactlens.analysis.circuit.mib)."""
-    _check_choice("granularity", granularity, GRANULARITIES)
+    _check_choice("granularity", granularity, EDGE_GRANULARITIES)
     _check_choice("ablation", ablation, ABLATIONS)
     check_seed(seed)
     model, info = _resolve(target)
-    circuit = derive_circuit(model, granularity)
-    batches = word_batches(model, circuit.graph, lengths, words, seed, ablation)
-    circuit = mark_constant(circuit, batches, model)
+    graph, lengths = edge_graph(model, granularity, lengths)
+    batches = word_batches(model, graph, lengths, words, seed, ablation)
+    circuit = exact_circuit(model, graph, batches)
     result = {"target": info, "model": model.cfg.model_name, "task": task_reader(model).task.spec(),
               "lengths": _word_lengths(model, batches), "ablation": ablation, **circuit.to_dict()}
     if check:
@@ -214,10 +255,13 @@ def discover_report(target: Any, method: str = "acdc", request: DiscoverRequest 
     lengths, words, seed, score_file = r.lengths, r.words, r.seed, r.score_file
     metrics = check_metrics(r.metrics)
     _check_choice("method", method, METHODS)
-    _check_choice("granularity", granularity, GRANULARITIES)
+    _check_choice("granularity", granularity, EDGE_GRANULARITIES)
     _check_choice("ablation", ablation, ABLATIONS)
     check_threshold(threshold)
     check_seed(seed)
+    if granularity == POSITION and against is not None:
+        raise ExactLensError("position granularity compares a construction with its own circuit only: drop --against "
+                             "or use head or qkv granularity")
     model, info = _resolve(target)
     truth_model = None
     if against is not None:
@@ -225,9 +269,9 @@ def discover_report(target: Any, method: str = "acdc", request: DiscoverRequest 
         _check_same_task(model, truth_model, info, against)
     elif info["kind"] == "construction":
         truth_model = model
-    graph = model_graph(model, granularity)
-    batches = word_batches(model, graph, lengths, words, seed, ablation,
-                           None if truth_model is None else shared_longest(model, truth_model))
+    longest = None if truth_model is None else shared_longest(model, truth_model)
+    graph, lengths = edge_graph(model, granularity, lengths, longest)
+    batches = word_batches(model, graph, lengths, words, seed, ablation, longest)
     if score_file is not None:
         found = file_discovery(score_file, model, graph)
     else:
@@ -247,11 +291,11 @@ def discover_report(target: Any, method: str = "acdc", request: DiscoverRequest 
         result["circuit_file"] = _write_circuit(r.out, model, graph, found.selected, found.edge_scores,
                                                 f"{found.method} on {model.cfg.model_name}", r.overwrite)
     if truth_model is model:
-        circuit = mark_constant(derive_circuit(model, granularity), batches, model)
+        circuit = exact_circuit(model, graph, batches)
         if "auroc" in metrics:
             result["score"] = score_discovery(found, circuit).to_dict()
             result["equivalent"] = best_match(found.selected, valid_circuits(model, circuit, batches),
-                                              {c.edge for c in circuit.edges if c.constant})
+                                              {c.edge for c in circuit.edges if c.constant}, swappable_heads(model))
         if cache is not None:
             result["exact_circuit"] = faithfulness_fields(cache, truth_ranking(circuit))
     elif truth_model is not None:
@@ -301,7 +345,7 @@ def catalogue(names: Sequence[str], *, granularities: Sequence[str] = GRANULARIT
     truth: one row per (construction, granularity, method), with the circuit's size, the scores, the
     faithfulness curve with CPR and CMD (``metrics``), the exact circuit's CPR and CMD beside them, and
     the seconds the method and its curve took. Lengths: the task's shortest and the next
-    ``span - 1``; ``words`` per length."""
+    ``span - 1`` (position granularity: the last of them alone); ``words`` per length."""
     _check_choice("ablation", ablation, ABLATIONS)
     metrics = check_metrics(metrics)
     import time
@@ -314,9 +358,9 @@ def catalogue(names: Sequence[str], *, granularities: Sequence[str] = GRANULARIT
         task = task_reader(model).task
         lengths = default_lengths(task)[:span]
         for granularity in granularities:
-            graph = model_graph(model, granularity)
-            batches = word_batches(model, graph, lengths, words, seed, ablation)
-            circuit = mark_constant(derive_circuit(model, granularity), batches, model)
+            graph, used = edge_graph(model, granularity, lengths if granularity != POSITION else lengths[-1:])
+            batches = word_batches(model, graph, used, words, seed, ablation)
+            circuit = exact_circuit(model, graph, batches)
             cache = DivergenceCache(model, graph, batches) if {"cpr", "cmd"} & set(metrics) else None
             exact = faithfulness_fields(cache, truth_ranking(circuit)) if cache is not None else {}
             for method in methods:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from exactlens.analysis.circuit.graph import Edge, ModelGraph, Step, slots_of
+from exactlens.errors import ExactLensError
 from exactlens.model.components import visible_keys
 
 
@@ -53,14 +54,24 @@ def run_graph(
     cfg = model.cfg
     n_positions, padded = model._check_input(tokens, n_positions)
     n_pos = tokens.shape[1]
+    if graph.n_positions is not None and graph.n_positions != n_pos:
+        raise ExactLensError(f"this graph's edges are resolved over {graph.n_positions} token positions; the words "
+                             f"have {n_pos}")
+    at = _patched_positions(patched, n_pos, tokens.device) if graph.n_positions is not None else None
     allowed = {mask: visible_keys(mask, n_pos, n_positions, padded) for mask in set(cfg.per_layer("attention_mask"))}
     outputs: dict[str, torch.Tensor] = {}
     inputs: dict[str, torch.Tensor] = {}
     bias = torch.zeros(cfg.d_model, dtype=cfg.torch_dtype, device=tokens.device)  # b_O of this stream segment
     logits = None
 
+    def part(sender: str, step: Step, slot: str | None) -> torch.Tensor:
+        if at is None:
+            return source[sender] if Edge(sender, step.node, slot) in patched else outputs[sender]
+        mask = at.get((sender, step.node, slot))
+        return outputs[sender] if mask is None else torch.where(mask, source[sender], outputs[sender])
+
     def read(step: Step, slot: str | None) -> torch.Tensor:
-        parts = [source[s] if Edge(s, step.node, slot) in patched else outputs[s] for s in step.reads]
+        parts = [part(s, step, slot) for s in step.reads]
         x = torch.stack(torch.broadcast_tensors(*parts)).sum(0) + bias
         if x.shape[0] != tokens.shape[0]:  # every part a mean or zero [1, pos, d]: one row per word still
             x = x.expand(tokens.shape[0], *x.shape[1:]).clone()
@@ -105,6 +116,18 @@ def run_graph(
         elif step.kind == "norm" or (step.kind == "mlp" and not cfg.mlp_residual):
             bias = torch.zeros_like(bias)
     return GraphRun(outputs, inputs, logits)
+
+
+def _patched_positions(patched: Collection[Edge], n_pos: int, device) -> dict[tuple, torch.Tensor]:
+    """Position-resolved patches: {(sender, receiver, slot): bool [pos, 1]}, the positions that read
+    the source."""
+    masks: dict[tuple, torch.Tensor] = {}
+    for e in patched:
+        key = (e.sender, e.receiver, e.slot)
+        if key not in masks:
+            masks[key] = torch.zeros(n_pos, 1, dtype=torch.bool, device=device)
+        masks[key][e.position] = True
+    return masks
 
 
 def mean_outputs(run: GraphRun) -> dict[str, torch.Tensor]:

@@ -15,6 +15,11 @@ sublayer *replaces* the stream by LN(stream + sublayer): the norm is then a node
 segment starts from, so a post-LN model's graph is a chain through its norms. An FFN without
 residual (``mlp_residual=False``) also restarts the stream with its own output.
 Attention's output bias b_O is added to the stream as a constant, never an edge.
+
+At ``position`` granularity (as auto-circuit resolves edges) every qkv edge is split into one edge
+per token position of words of one length, ``SENDER->RECEIVER.q@P``: the part of the receiver's
+input at position P that the sender wrote there. The graph then holds ``n_positions`` copies of each
+qkv edge.
 """
 
 from __future__ import annotations
@@ -25,20 +30,31 @@ from functools import cached_property
 from exactlens.errors import ExactLensError
 
 GRANULARITIES = ("head", "qkv")
+"""The granularities of every edge graph (the diff's circuit part offers these)."""
+POSITION = "position"
+EDGE_GRANULARITIES = (*GRANULARITIES, POSITION)
+"""``circuit`` and ``discover`` also offer position-resolved edges (words of one length)."""
 SLOTS = ("q", "k", "v")
 
 
 @dataclass(frozen=True, order=True)
 class Edge:
-    """The part of ``receiver``'s input (``slot`` q/k/v of a head at qkv granularity) written by ``sender``."""
+    """The part of ``receiver``'s input (``slot`` q/k/v of a head at qkv granularity; at ``position``
+    only the token ``position``) written by ``sender``."""
 
     sender: str
     receiver: str
     slot: str | None = None
+    position: int | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.sender}->{self.target}"
+        return f"{self.sender}->{self.target}" + ("" if self.position is None else f"@{self.position}")
+
+    @property
+    def whole(self) -> Edge:
+        """The edge over every position (itself when it has none)."""
+        return self if self.position is None else Edge(self.sender, self.receiver, self.slot)
 
     @property
     def target(self) -> str:
@@ -50,8 +66,14 @@ class Edge:
         if "->" not in text:
             raise ExactLensError(f"an edge is written 'SENDER->RECEIVER[.q|.k|.v]', got {text!r}")
         sender, target = text.split("->", 1)
+        position = None
+        if "@" in target:
+            target, _, at = target.rpartition("@")
+            if not at.isdigit():
+                raise ExactLensError(f"an edge's position is written '@P' with P a whole number, got {text!r}")
+            position = int(at)
         receiver, _, slot = target.rpartition(".") if target.endswith((".q", ".k", ".v")) else (target, "", "")
-        return cls(sender, receiver, slot or None)
+        return cls(sender, receiver, slot or None, position)
 
 
 @dataclass(frozen=True)
@@ -74,6 +96,7 @@ class ModelGraph:
     steps: list[Step]
     granularity: str
     edges: list[Edge] = field(default_factory=list)
+    n_positions: int | None = None  # position granularity: the words' number of token positions
 
     @property
     def nodes(self) -> list[str]:
@@ -104,13 +127,19 @@ class ModelGraph:
 
 
 def slots_of(step: Step, granularity: str) -> tuple[str | None, ...]:
-    return SLOTS if step.kind == "head" and granularity == "qkv" else (None,)
+    return SLOTS if step.kind == "head" and granularity in ("qkv", POSITION) else (None,)
 
 
-def model_graph(model, granularity: str = "head") -> ModelGraph:
-    """The graph of an ExactTransformer (see the module docstring)."""
-    if granularity not in GRANULARITIES:
-        raise ExactLensError(f"granularity {granularity!r} is unknown; choose one of {', '.join(GRANULARITIES)}")
+def model_graph(model, granularity: str = "head", n_positions: int | None = None) -> ModelGraph:
+    """The graph of an ExactTransformer (see the module docstring); ``n_positions``: the number of token
+    positions of the words (position granularity only)."""
+    if granularity not in EDGE_GRANULARITIES:
+        raise ExactLensError(f"granularity {granularity!r} is unknown; choose one of {', '.join(EDGE_GRANULARITIES)}")
+    if (granularity == POSITION) != (n_positions is not None):
+        raise ExactLensError("position granularity needs the words' number of token positions (and only it does)")
+    if n_positions is not None and (isinstance(n_positions, bool) or not isinstance(n_positions, int)
+                                    or n_positions < 1):
+        raise ExactLensError(f"the number of token positions must be an integer >= 1, got {n_positions!r}")
     cfg = model.cfg
     steps: list[Step] = [Step("embed", "embed", None, None, ())]
     stream = ["embed"]
@@ -139,5 +168,7 @@ def model_graph(model, granularity: str = "head") -> ModelGraph:
             steps.append(Step(f"L{layer}.LN2", "norm", layer, None, tuple(stream), "ln2"))
             stream = [f"L{layer}.LN2"]
     steps.append(Step("output", "output", None, None, tuple(stream)))
-    edges = [Edge(sender, s.node, slot) for s in steps for slot in slots_of(s, granularity) for sender in s.reads]
-    return ModelGraph(steps, granularity, edges)
+    positions = (None,) if n_positions is None else tuple(range(n_positions))
+    edges = [Edge(sender, s.node, slot, p) for s in steps for slot in slots_of(s, granularity) for sender in s.reads
+             for p in positions]
+    return ModelGraph(steps, granularity, edges, n_positions)

@@ -88,7 +88,14 @@ def _counterparts(graph: ModelGraph, sender: str, receiver: str, slot: str | Non
     return [e for e in found if e in graph.edge_set]
 
 
+def _check_positionless(graph: ModelGraph) -> None:
+    if graph.n_positions is not None:
+        raise ExactLensError("MIB's circuit format has no token positions: write or read circuits at head or qkv "
+                             "granularity, not position")
+
+
 def _check_writable(graph: ModelGraph) -> None:
+    _check_positionless(graph)
     norms = [s.node for s in graph.steps if s.kind == "norm"]
     if norms:
         raise ExactLensError(f"MIB's circuit format has no layer-norm nodes, and this post-LN model's graph has "
@@ -148,6 +155,7 @@ def from_mib(data: Any, model, graph: ModelGraph, where: str = "circuit file") -
     every edge, whether the file had scores). Refuses, in one line naming the first bad edge, an edge
     that is malformed, names a node or slot this model lacks, or is in the circuit where this model
     has no such edge."""
+    _check_positionless(graph)
     if not isinstance(data, dict) or not isinstance(data.get("edges"), dict):
         raise ExactLensError(f"{where}: a MIB circuit is a JSON object with an 'edges' object, got "
                              f"{type(data).__name__}{' without edges' if isinstance(data, dict) else ''}")

@@ -10,12 +10,15 @@ from typing import Any
 from exactlens.interop.readout import ReadoutKind
 from exactlens.requests import Bool, Choice, Float, Int, Lengths, Path_, Text, TextList, option
 
-__all__ = ["ABLATIONS", "CircuitRequest", "DiscoverRequest", "EdgeOptions", "METHODS"]
+__all__ = ["ABLATIONS", "CircuitRequest", "DiscoverRequest", "EDGE_GRANULARITIES", "EdgeOptions", "METHODS"]
 
 METHODS = ("patching", "eap", "acdc", "eap-ig-inputs", "eap-ig-activations", "edge-patching")
 """The discovery methods (exactlens.analysis.circuit.discovery.METHODS, checked equal by the tests)."""
 ABLATIONS = ("resample", "mean", "cross-length", "zero")
 """What an ablated edge reads (exactlens.analysis.circuit.ablation.ABLATIONS, checked equal by the tests)."""
+EDGE_GRANULARITIES = ("head", "qkv", "position")
+"""The edge granularities of circuit and discover (exactlens.analysis.circuit.graph.EDGE_GRANULARITIES,
+checked equal by the tests)."""
 
 
 @dataclass(frozen=True)
@@ -24,9 +27,9 @@ class EdgeOptions:
 
     target: Any = option(positional=True, metavar="NAME | CHECKPOINT_DIR",
                          help="a construction name, a checkpoint directory (or, in Python, a model)")
-    granularity: str = option("head", kind=Choice(("head", "qkv")),
-                              help="edges into whole heads, or into their queries, keys and values separately "
-                                   "(default head)")
+    granularity: str = option("head", kind=Choice(EDGE_GRANULARITIES),
+                              help="edges into whole heads, into their queries, keys and values separately (qkv), "
+                                   "or those split per token position (position: words of one length); default head")
     lengths: list | None = option(None, kind=Lengths(0), nargs="+", metavar="L",
                                   help="word lengths to run (default: the task's shortest and the next five)")
     words: int = option(64, kind=Int(1), help="words per length: all of them when there are at most this many "

@@ -8,6 +8,12 @@ actually returns, and ACDC's circuit at a threshold depends on what it pruned be
 Classes as in scoring: the circuit's observable edges are positive, its constant edges (the
 ablation cannot move them) are left out of both classes (or, as the ACDC paper counts, positive);
 a node is positive when it sends a positive edge and is selected when it sends a selected edge.
+
+The ACDC paper's published AUCs are not trapezoids: its plotting code (``pessimistic_auc`` in the
+ACDC repository's ROC notebooks) keeps the Pareto-optimal points and integrates the staircase that
+runs right before it rises, so a rise of the true-positive rate at false-positive rate x earns only
+(1 - x) times the rise and the closing (1, 1) adds nothing (``stair_auc``). A sweep whose every run
+returns one circuit at (0, t) scores t there and (1 + t) / 2 as trapezoids.
 """
 
 from __future__ import annotations
@@ -25,6 +31,17 @@ def sweep_auc(points: Sequence[tuple[float, float]]) -> float:
     """Trapezoid area under (fpr, tpr) points, with (0, 0) and (1, 1) added, sorted by fpr then tpr."""
     curve = sorted({(0.0, 0.0), (1.0, 1.0), *points})
     return sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False))
+
+
+def stair_auc(points: Sequence[tuple[float, float]]) -> float:
+    """The staircase area under (fpr, tpr) points (the ACDC paper's construction, module docstring):
+    from (0, 0), each point that raises the best tpr so far adds (1 - fpr) x the rise."""
+    area, best = 0.0, 0.0
+    for fpr, tpr in sorted({(0.0, 0.0), (1.0, 1.0), *points}):
+        if tpr > best:
+            area += (1.0 - fpr) * (tpr - best)
+            best = tpr
+    return area
 
 
 def _rates(selected: set, positives: set, universe: set) -> tuple[float, float]:
@@ -49,8 +66,17 @@ class Sweep:
     def node_auc(self) -> float:
         return sweep_auc(self.node_points)
 
+    @property
+    def edge_auc_stair(self) -> float:
+        return stair_auc(self.edge_points)
+
+    @property
+    def node_auc_stair(self) -> float:
+        return stair_auc(self.node_points)
+
     def to_dict(self) -> dict:
         return {"thresholds": self.thresholds, "edge_auc": self.edge_auc, "node_auc": self.node_auc,
+                "edge_auc_stair": self.edge_auc_stair, "node_auc_stair": self.node_auc_stair,
                 "edge_points": [list(p) for p in self.edge_points], "node_points": [list(p) for p in self.node_points],
                 "seconds": round(self.seconds, 3)}
 

@@ -106,8 +106,11 @@ class CircuitEdge:
     constant: bool | None = None  # the ablation in use cannot move the carried activation (None: not measured)
 
     def to_dict(self) -> dict:
-        return {"edge": self.edge.name, "sender": self.edge.sender, "receiver": self.edge.target,
-                "features": list(self.features), "through_norm": self.through_norm, "constant": self.constant}
+        out = {"edge": self.edge.name, "sender": self.edge.sender, "receiver": self.edge.target,
+               "features": list(self.features), "through_norm": self.through_norm, "constant": self.constant}
+        if self.edge.position is not None:
+            out["position"] = self.edge.position
+        return out
 
 
 @dataclass
