@@ -1,0 +1,136 @@
+"""Circuit formation findings (docs/formation.md): train runs with checkpoints, then a timeline of each.
+
+Two settings, reduced from the papers' schedules to fit a shared 2-core CPU (the settings are
+printed and recorded in ``findings.json``):
+
+(a) Chiang & Cholak Fig. 4 / Nowak et al. Fig. 4: the ``first`` preset trained at |w| = 10,
+    standard vs log-n scaled attention (``--scaled``), tested at |w| = 1000; timeline against the
+    exact ``first`` (and, for the scaled runs, ``first-log``).
+(b) Brody et al. MAJORITY (the ``majority`` preset: a [CLS] classifier of 20 classes, |w| = 50) with
+    layer norm ``full`` (projection + scaling) and ``scale_only`` (no projection); timeline against
+    the exact ``majority`` (uniform averaging of the class one-hots: the counting variables).
+
+Step 1 trains (``train``: every run through ``exactlens train ... --checkpoints log:N`` into
+``OUT/runs/NAME``); step 2 (``timelines``) runs ``exactlens timeline`` on each seed's run and writes
+``OUT/timelines/NAME-seedS.json``; step 3 (``summary``) prints the table of events and writes
+``OUT/findings.json``. ``all`` does the three in order.
+
+Usage: PYTHONPATH=src nice -n 10 python benchmarks/formation_findings.py all --out /tmp/formation [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PYTHON = sys.executable
+
+# name -> (training preset, its options, timeline against, timeline lengths, long lengths)
+FIRST_OPTIONS = ["--train-length", "10", "--test-length", "1000", "--epochs", "1000", "--eval-every", "0",
+                 "--test-strings", "100"]
+MAJORITY_OPTIONS = ["--epochs", "40", "--strings-per-epoch", "2000", "--batch-size", "100", "--lr", "1e-2",
+                    "--lr-schedule", "constant", "--test-strings", "1000", "--eval-every", "0"]
+RUNS = {
+    "first-standard": ("first", FIRST_OPTIONS, "first"),
+    "first-scaled": ("first", [*FIRST_OPTIONS, "--scaled"], "first"),
+    "majority-full": ("majority", [*MAJORITY_OPTIONS, "--layer-norm", "full"], "majority"),
+    "majority-scale_only": ("majority", [*MAJORITY_OPTIONS, "--layer-norm", "scale_only"], "majority"),
+}
+QUICK = {"first": ["--epochs", "30", "--test-strings", "20"], "majority": ["--epochs", "2", "--test-strings", "100"]}
+SEEDS = "0:2"  # inclusive: seeds 0, 1, 2
+CHECKPOINTS = "log:16"
+
+
+def exactlens(*args: str) -> list[str]:
+    return [PYTHON, "-m", "exactlens", *args]
+
+
+def run(command: list[str]) -> float:
+    print("$", shlex.join(command), flush=True)
+    start = time.perf_counter()
+    subprocess.run(command, check=True, env={**os.environ})
+    return time.perf_counter() - start
+
+
+def train_all(out: Path, names: list[str], quick: bool, seeds: str) -> dict[str, float]:
+    seconds = {}
+    for name in names:
+        preset, options, _ = RUNS[name]
+        target = out / "runs" / name
+        if target.exists():
+            print(f"{target} exists: kept", flush=True)
+            continue
+        extra = QUICK[preset] if quick else []
+        seconds[name] = run(exactlens("train", preset, "--out", str(target), "--seeds", seeds, "--threads", "1",
+                                      "--checkpoints", CHECKPOINTS, *options, *extra))
+    return seconds
+
+
+def timelines(out: Path, names: list[str], extra: list[str]) -> dict[str, float]:
+    seconds = {}
+    for name in names:
+        against = RUNS[name][2]
+        for seed_dir in sorted((out / "runs" / name).glob("seed*")):
+            target = out / "timelines" / f"{name}-{seed_dir.name}.json"
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            seconds[target.stem] = run(exactlens("timeline", str(seed_dir), "--against", against,
+                                                 "--json-out", str(target), *extra))
+    return seconds
+
+
+def summary(out: Path) -> list[dict]:
+    rows = []
+    for path in sorted((out / "timelines").glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        last = data["checkpoints"][-1] if data.get("checkpoints") else {}
+        events = data.get("events") or {}
+        rows.append({
+            "run": path.stem,
+            "final_accuracy": last.get("accuracy"),
+            "final_long_accuracy": last.get("long_accuracy"),
+            "variables": {k: (v or {}).get("step") for k, v in (events.get("variables") or {}).items()},
+            "behaviour": events.get("behaviour"),
+            "long_behaviour": events.get("long_behaviour"),
+            "circuit": events.get("circuit"),
+            "order": events.get("order"),
+        })
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=("train", "timelines", "summary", "all"))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
+    parser.add_argument("--seeds", default=SEEDS)
+    parser.add_argument("--quick", action="store_true", help="seconds: a few steps per run (a smoke test)")
+    parser.add_argument("--timeline-option", action="append", default=[],
+                        help="passed to every `exactlens timeline` (repeatable, e.g. --timeline-option=--quick)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"command": "PYTHONPATH=src python benchmarks/formation_findings.py " + shlex.join(argv or sys.argv[1:]),
+              "runs": {n: {"preset": RUNS[n][0], "options": RUNS[n][1], "against": RUNS[n][2]} for n in args.runs},
+              "seeds": args.seeds, "checkpoints": CHECKPOINTS, "quick": args.quick, "load": os.getloadavg()}
+    if args.step in ("train", "all"):
+        record["train_s"] = train_all(out, args.runs, args.quick, args.seeds)
+    if args.step in ("timelines", "all"):
+        record["timeline_s"] = timelines(out, args.runs, args.timeline_option)
+    if args.step in ("summary", "all"):
+        record["rows"] = summary(out)
+        (out / "findings.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
