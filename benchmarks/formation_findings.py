@@ -72,11 +72,13 @@ def train_all(out: Path, names: list[str], quick: bool, seeds: str) -> dict[str,
     return seconds
 
 
-def timelines(out: Path, names: list[str], extra: list[str]) -> dict[str, float]:
+def timelines(out: Path, names: list[str], extra: list[str], seeds: list[str]) -> dict[str, float]:
     seconds = {}
     for name in names:
         against = RUNS[name][2]
         for seed_dir in sorted((out / "runs" / name).glob("seed*")):
+            if seeds and seed_dir.name.removeprefix("seed") not in seeds:
+                continue
             target = out / "timelines" / f"{name}-{seed_dir.name}.json"
             if target.exists():
                 continue
@@ -86,7 +88,33 @@ def timelines(out: Path, names: list[str], extra: list[str]) -> dict[str, float]
     return seconds
 
 
+def training_curves(out: Path) -> dict[str, list[dict]]:
+    """Per run and seed, the checkpoints' own numbers (exactlens train's index.jsonl: the test accuracy on
+    one fixed set of test words at the run's test length, e.g. |w| = 1000 for FIRST)."""
+    curves = {}
+    for index in sorted((out / "runs").glob("*/seed*/checkpoints/index.jsonl")):
+        run = f"{index.parents[2].name}-{index.parents[1].name}"
+        rows = [json.loads(line) for line in index.read_text(encoding="utf-8").splitlines()]
+        curves[run] = [{"step": r["step"], "test_accuracy": r.get("test_accuracy")} for r in rows]
+    return curves
+
+
+def first_step(curve: list[dict], key: str, bound: float) -> int | None:
+    """The first step from which ``key`` stays >= bound to the end (None: never)."""
+    found = None
+    for row in curve:
+        if row.get(key) is not None and row[key] >= bound:
+            found = row["step"] if found is None else found
+        else:
+            found = None
+    return found
+
+
 def summary(out: Path) -> list[dict]:
+    curves = training_curves(out)
+    for run, curve in curves.items():
+        print(f"{run}: test accuracy (run's test length) from step {first_step(curve, 'test_accuracy', 0.99)} "
+              f">= 0.99; " + ", ".join(f"{r['step']}:{r['test_accuracy']:.2f}" for r in curve), flush=True)
     rows = []
     for path in sorted((out / "timelines").glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -101,6 +129,11 @@ def summary(out: Path) -> list[dict]:
             "long_behaviour": events.get("long_behaviour"),
             "circuit": events.get("circuit"),
             "order": events.get("order"),
+            "seconds": data.get("seconds"),
+            "curve": [{"step": c["step"], "accuracy": c.get("accuracy"), "long_accuracy": c.get("long_accuracy"),
+                       "iia": {k: (v or {}).get("iia") for k, v in (c.get("verdicts") or {}).items()},
+                       "verdict": {k: (v or {}).get("verdict") for k, v in (c.get("verdicts") or {}).items()},
+                       "circuit_overlap": c.get("circuit_overlap")} for c in data.get("checkpoints") or []],
         })
     for row in rows:
         print(json.dumps(row), flush=True)
@@ -114,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
     parser.add_argument("--seeds", default=SEEDS)
     parser.add_argument("--quick", action="store_true", help="seconds: a few steps per run (a smoke test)")
+    parser.add_argument("--timeline-seeds", default="0",
+                        help="comma list of the seeds whose runs get a timeline ('' = all)")
     parser.add_argument("--timeline-option", action="append", default=[],
                         help="passed to every `exactlens timeline` (repeatable, e.g. --timeline-option=--quick)")
     args = parser.parse_args(argv)
@@ -125,9 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.step in ("train", "all"):
         record["train_s"] = train_all(out, args.runs, args.quick, args.seeds)
     if args.step in ("timelines", "all"):
-        record["timeline_s"] = timelines(out, args.runs, args.timeline_option)
+        record["timeline_s"] = timelines(out, args.runs, args.timeline_option,
+                                         [s for s in args.timeline_seeds.split(",") if s])
     if args.step in ("summary", "all"):
         record["rows"] = summary(out)
+        record["training_curves"] = training_curves(out)
         (out / "findings.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
 

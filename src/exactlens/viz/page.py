@@ -227,6 +227,7 @@ def section_builders() -> list[SectionBuilder]:
 register_section("overview", lazy("exactlens.viz.sections:overview_sections"), order=0)
 register_section("constructions", lazy("exactlens.viz.sections:construction_sections"), order=10)
 register_section("circuit-discovery", lazy("exactlens.viz.circuit_sections:discovery_sections"), order=20)
+register_section("circuit-formation", lazy("exactlens.viz.formation_sections:formation_sections"), order=90)
 
 
 # ---- the page --------------------------------------------------------------------
