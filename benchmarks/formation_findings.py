@@ -11,9 +11,10 @@ printed and recorded in ``findings.json``):
     the exact ``majority`` (uniform averaging of the class one-hots: the counting variables).
 
 Step 1 trains (``train``: every run through ``exactlens train ... --checkpoints log:N`` into
-``OUT/runs/NAME``); step 2 (``timelines``) runs ``exactlens timeline`` on each seed's run and writes
-``OUT/timelines/NAME-seedS.json``; step 3 (``summary``) prints the table of events and writes
-``OUT/findings.json``. ``all`` does the three in order.
+``OUT/runs/NAME``); step 2 (``timelines``) runs the timeline (``exactlens timeline SEED_DIR --against NAME``,
+in this process) on the chosen seeds' runs and writes ``OUT/timelines/NAME-seedS.json``; step 3
+(``summary``) prints the events and the checkpoints' own test accuracy and writes ``OUT/findings.json``.
+``all`` does the three in order.
 
 Usage: PYTHONPATH=src nice -n 10 python benchmarks/formation_findings.py all --out /tmp/formation [--quick]
 """
@@ -72,7 +73,20 @@ def train_all(out: Path, names: list[str], quick: bool, seeds: str) -> dict[str,
     return seconds
 
 
-def timelines(out: Path, names: list[str], extra: list[str], seeds: list[str]) -> dict[str, float]:
+TIMELINE = {"strings": 32, "alignment_pairs": 32, "das_steps": 40}
+QUICK_TIMELINE = {"strings": 8, "alignment_pairs": 8, "das_steps": 10}
+
+
+def timelines(out: Path, names: list[str], options: dict, seeds: list[str]) -> dict[str, float]:
+    """``exactlens.analysis.timeline.timeline`` (= ``exactlens timeline SEED_DIR --against NAME``) of each
+    chosen seed's run, written to OUT/timelines/NAME-seedS.json (a run already done is kept)."""
+    import torch
+
+    from exactlens.analysis.timeline import timeline
+    from exactlens.jsonio import dumps
+    from exactlens.outputs import write_text
+
+    torch.set_num_threads(1)
     seconds = {}
     for name in names:
         against = RUNS[name][2]
@@ -82,9 +96,12 @@ def timelines(out: Path, names: list[str], extra: list[str], seeds: list[str]) -
             target = out / "timelines" / f"{name}-{seed_dir.name}.json"
             if target.exists():
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            seconds[target.stem] = run(exactlens("timeline", str(seed_dir), "--against", against,
-                                                 "--json-out", str(target), *extra))
+            print(f"timeline of {seed_dir} against {against} with {options}", flush=True)
+            start = time.perf_counter()
+            result = timeline(str(seed_dir), against, quiet=False, device="cpu", **options)
+            seconds[target.stem] = time.perf_counter() - start
+            write_text(target, dumps(result) + "\n")
+            print(f"{target}: {seconds[target.stem]:.0f} s; {result['events']['order']}", flush=True)
     return seconds
 
 
@@ -149,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="seconds: a few steps per run (a smoke test)")
     parser.add_argument("--timeline-seeds", default="0",
                         help="comma list of the seeds whose runs get a timeline ('' = all)")
-    parser.add_argument("--timeline-option", action="append", default=[],
-                        help="passed to every `exactlens timeline` (repeatable, e.g. --timeline-option=--quick)")
+    parser.add_argument("--timeline-option", action="append", default=[], metavar="KEY=JSON",
+                        help="a timeline option over the defaults (repeatable, e.g. --timeline-option das_steps=80)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -160,8 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.step in ("train", "all"):
         record["train_s"] = train_all(out, args.runs, args.quick, args.seeds)
     if args.step in ("timelines", "all"):
-        record["timeline_s"] = timelines(out, args.runs, args.timeline_option,
-                                         [s for s in args.timeline_seeds.split(",") if s])
+        options = dict(QUICK_TIMELINE if args.quick else TIMELINE)
+        for item in args.timeline_option:
+            key, _, value = item.partition("=")
+            options[key] = json.loads(value)
+        record["timeline_options"] = options
+        record["timeline_s"] = timelines(out, args.runs, options, [s for s in args.timeline_seeds.split(",") if s])
     if args.step in ("summary", "all"):
         record["rows"] = summary(out)
         record["training_curves"] = training_curves(out)

@@ -137,3 +137,26 @@ def test_page_is_written_with_its_figures_and_attention_views(timeline: dict, tm
     assert page.read_text(encoding="utf-8") == html
     write_timeline_page(timeline, page, overwrite=True)  # without models: no views
     assert not (folder / "attention").exists()
+
+
+def test_figure_and_page_of_a_real_timeline(tmp_path) -> None:
+    """A real (tiny) timeline: a FIRST run with three checkpoints against the exact ``first``; DAS left out
+    (its cost), so the strip has nothing to draw and says so by being absent."""
+    from exactlens.analysis.timeline import timeline
+    from exactlens.train import train
+
+    run = train("first", seed=0, epochs=3, strings_per_epoch=40, batch_size=20, train_length=[1, 6],
+                test_length=12, test_strings=10, eval_every=0, lr=3e-3, checkpoints="0,2,6")
+    data = timeline(run, "first", lengths=[2, 4], strings=6, long_lengths=[12], quiet=True, device="cpu",
+                    parts=["behaviour", "attention", "circuit"])
+    fig = timeline_figure(data)
+    top = fig.axes[0]
+    curves = {line.get_label(): list(line.get_xdata()) for line in top.get_lines()}
+    assert curves["accuracy at |w| in [2, 4]"] == [0, 2, 6] and curves["accuracy at |w| in [12]"] == [0, 2, 6]
+    assert "circuit overlap (edge Jaccard)" in curves
+    assert iia_strip_figure(data) is None  # no alignment part: no verdicts
+    page = write_timeline_page(data, tmp_path / "real.html", run.checkpoints)
+    views = sorted(p.name for p in (tmp_path / "real_files" / "attention").iterdir())
+    assert views == ["exact.html", "step00000000.html", "step00000002.html", "step00000006.html"]
+    text = page.read_text(encoding="utf-8")
+    assert text.count("<tr>") == 1 + 3 and data["events"]["order"].split(";")[0] in text

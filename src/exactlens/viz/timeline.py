@@ -29,8 +29,8 @@ __all__ = ["iia_strip_figure", "timeline_figure", "timeline_html", "write_timeli
 
 BEHAVIOUR = (("accuracy", "accuracy (training lengths)", "#1f77b4", "-"),
              ("long_accuracy", "accuracy (long lengths)", "#17becf", "--"),
-             ("agreement", "agreement with the exact model", "#2ca02c", "-"),
-             ("circuit_overlap", "circuit overlap", "#7f7f7f", ":"))
+             ("agreement", "agreement with the exact model", "#2ca02c", "-."),
+             ("circuit_overlap", "circuit overlap (edge Jaccard)", "#7f7f7f", ":"))
 EVENT_COLOURS = {"behaviour": "#1f77b4", "long_behaviour": "#17becf", "circuit": "#7f7f7f"}
 STEP_AXIS = "optimizer step (symlog axis: linear on [0, 1], log above; step 0 = initialization)"
 
@@ -40,6 +40,22 @@ def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return math.nan
     return float(value)
+
+
+def against(data: dict[str, Any]) -> Any:
+    """The exact construction's name (top level, or the exact side's info)."""
+    return data.get("against") or (data.get("exact") or {}).get("name")
+
+
+def lengths_of(data: dict[str, Any], key: str) -> Any:
+    """``lengths`` or ``long_lengths``: top level, or in the timeline's settings."""
+    return data.get(key) if data.get(key) is not None else (data.get("settings") or {}).get(key)
+
+
+def overlap(checkpoint: dict[str, Any]) -> Any:
+    """The circuit overlap of a checkpoint as one number: the edge Jaccard where it is a record."""
+    value = checkpoint.get("circuit_overlap")
+    return value.get("edge_jaccard") if isinstance(value, dict) else value
 
 
 def _checkpoints(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -94,10 +110,12 @@ def _mark_events(axes: Sequence[Any], marks: list[tuple[int, str, str]], label_a
     for ax in axes:
         for step, _, colour in marks:
             ax.axvline(step, color=colour, linestyle="--", linewidth=1.0, alpha=0.8)
+    last = max((m[0] for m in marks), default=0)
     for i, (step, label, colour) in enumerate(marks):
+        right = step == last and step > 0  # the last events are labelled on the line's left
         label_axis.annotate(f"{label}\n(step {step})", xy=(step, 1.0), xycoords=("data", "axes fraction"),
-                            xytext=(3, -10 - 22 * (i % 3)), textcoords="offset points", fontsize=7,
-                            color=colour, va="top", ha="left")
+                            xytext=(-3 if right else 3, -10 - 22 * (i % 3)), textcoords="offset points", fontsize=7,
+                            color=colour, va="top", ha="right" if right else "left")
 
 
 def timeline_figure(data: dict[str, Any], title: str | None = None) -> Any:
@@ -108,19 +126,19 @@ def timeline_figure(data: dict[str, Any], title: str | None = None) -> Any:
     steps = [c["step"] for c in rows]
     names = variables(data)
     colours = _variable_colours(names)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8.5, 6.4), sharex=True, layout="constrained")
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10.5, 6.4), sharex=True, layout="constrained")
     for key, label, colour, style in BEHAVIOUR:
-        values = [_number(c.get(key)) for c in rows]
-        if key == "long_accuracy" and data.get("long_lengths"):
-            label = f"accuracy at |w| in {data['long_lengths']}"
-        elif key == "accuracy" and data.get("lengths"):
-            label = f"accuracy at |w| in {data['lengths']}"
+        values = [_number(overlap(c) if key == "circuit_overlap" else c.get(key)) for c in rows]
+        if key == "long_accuracy" and lengths_of(data, "long_lengths"):
+            label = f"accuracy at |w| in {_span(lengths_of(data, 'long_lengths'))}"
+        elif key == "accuracy" and lengths_of(data, "lengths"):
+            label = f"accuracy at |w| in {_span(lengths_of(data, 'lengths'))}"
         if any(not math.isnan(v) for v in values):
             top.plot(steps, values, style, color=colour, marker="o", markersize=3, label=label)
     top.set_ylabel("fraction")
     top.set_ylim(-0.03, 1.03)
     if top.get_lines():
-        top.legend(fontsize=7, loc="lower right")
+        top.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     for name in names:
         verdicts = [(c.get("verdicts") or {}).get(name) or {} for c in rows]
         iia = [_number(v.get("iia")) for v in verdicts]
@@ -129,7 +147,7 @@ def timeline_figure(data: dict[str, Any], title: str | None = None) -> Any:
         lo = [_number(c[0]) if c else math.nan for c in ci]
         hi = [_number(c[1]) if c else math.nan for c in ci]
         bottom.plot(steps, iia, "-", color=colours[name], marker="o", markersize=3, label=f"{name}: IIA")
-        bottom.fill_between(steps, lo, hi, color=colours[name], alpha=0.18, linewidth=0)
+        bottom.fill_between(steps, lo, hi, color=colours[name], alpha=0.12, linewidth=0)
         p95 = [_number(v.get("random_iia_p95")) for v in verdicts]
         if any(not math.isnan(v) for v in p95):
             bottom.plot(steps, p95, ":", color=colours[name], linewidth=1, label=f"{name}: random subspace p95")
@@ -137,30 +155,38 @@ def timeline_figure(data: dict[str, Any], title: str | None = None) -> Any:
     bottom.set_ylabel("IIA on changed pairs (95 % band)")
     bottom.set_ylim(-0.03, 1.03)
     if names:
-        bottom.legend(fontsize=7, loc="lower right", ncol=1 + (len(names) > 3))
+        bottom.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         bottom.text(0.5, 0.5, "no alignment verdicts in this timeline", transform=bottom.transAxes, ha="center")
     bottom.set_xlabel(STEP_AXIS, fontsize=8)
     for ax in (top, bottom):
         _step_axis(ax, steps)
     _mark_events((top, bottom), events(data), top)
-    fig.suptitle(title or f"formation of the {data.get('against', '?')} circuit over {len(rows)} checkpoints",
+    fig.suptitle(title or f"formation of the {against(data) or '?'} circuit over {len(rows)} checkpoints",
                  fontsize=10)
     return fig
 
 
+def _span(lengths: Any) -> str:
+    """A list of lengths, shortened when long: [1, 2, ..., 32]."""
+    if isinstance(lengths, (list, tuple)) and len(lengths) > 4:
+        return f"[{lengths[0]}, {lengths[1]}, ..., {lengths[-1]}]"
+    return str(list(lengths) if isinstance(lengths, tuple) else lengths)
+
+
 def _cells(checkpoint: dict[str, Any]) -> dict[tuple[str, str], float]:
     """(variable, site) -> IIA of one checkpoint: its per-site alignment rows where the timeline kept
-    them (``alignment``: diff-style rows), else only each verdict's chosen site."""
+    them (``alignment``: diff-style rows), else each verdict's IIA at its chosen site (a verdict that
+    claims no site, e.g. "indistinguishable from the answer", in a column of its own)."""
     cells: dict[tuple[str, str], float] = {}
     for r in checkpoint.get("alignment") or []:
         if isinstance(r, dict) and r.get("site") and r.get("test", "interchange") == "interchange":
             value = r.get("iia_changed", r.get("iia"))
             cells[(r.get("variable"), r["site"])] = _number(value)
-    if not cells:
+    if not cells:  # only the verdicts: each at its chosen site, or in a column of its own without one
         for name, v in (checkpoint.get("verdicts") or {}).items():
-            if isinstance(v, dict) and v.get("site"):
-                cells[(name, v["site"])] = _number(v.get("iia"))
+            if isinstance(v, dict) and v.get("iia") is not None:
+                cells[(name, v.get("site") or NO_SITE)] = _number(v.get("iia"))
     return cells
 
 
@@ -199,7 +225,12 @@ def iia_strip_figure(data: dict[str, Any], most: int = 12) -> Any:
     return fig
 
 
+NO_SITE = "(no site claimed)"
+
+
 def _site_order(site: str) -> tuple:
+    if site == NO_SITE:
+        return (10**6, site)
     parts = site.replace("blocks.", "").split(".")
     layer = int(parts[0]) if parts and parts[0].isdigit() else -1
     return (layer, site)
@@ -244,13 +275,14 @@ def checkpoint_table(data: dict[str, Any]) -> str:
     """One row per checkpoint: behaviour, circuit overlap, CLS-to-first attention, per variable the
     verdict (IIA with its interval, site)."""
     names = variables(data)
-    head = ["step", "epoch", "accuracy", "long accuracy", "agreement", "circuit overlap", "CLS -> first",
+    head = ["step", "epoch", "accuracy", "long accuracy", "agreement", "circuit overlap (edge Jaccard)",
+            "CLS -> first",
             *[f"{name}: verdict, IIA [95 %], site" for name in names], "seconds"]
     body = []
     for c in _checkpoints(data):
         attention = c.get("attention") or {}
         cells = [_n(c.get("step")), _n(c.get("epoch")), _n(c.get("accuracy")), _n(c.get("long_accuracy")),
-                 _n(c.get("agreement")), _n(c.get("circuit_overlap")), _n(attention.get("cls_to_first"))]
+                 _n(c.get("agreement")), _n(overlap(c)), _n(attention.get("cls_to_first"))]
         for name in names:
             v = (c.get("verdicts") or {}).get(name) or {}
             cells.append(f"<td class=l>{_e(v.get('verdict') or '–')}<br><small>{_n(v.get('iia'))}"
@@ -283,9 +315,9 @@ def timeline_html(data: dict[str, Any], figure: str | None = None, strip: str | 
     pages."""
     rows = _checkpoints(data)
     parts = [
-        f"<p>A timeline against <code>{_e(data.get('against'))}</code>: {len(rows)} checkpoints, steps "
-        f"{_e(', '.join(str(c['step']) for c in rows))}; behaviour on |w| in {_e(data.get('lengths'))}, long "
-        f"lengths {_e(data.get('long_lengths'))}.</p>",
+        f"<p>A timeline against <code>{_e(against(data))}</code>: {len(rows)} checkpoints, steps "
+        f"{_e(', '.join(str(c['step']) for c in rows))}; behaviour on |w| in {_e(lengths_of(data, 'lengths'))}, "
+        f"long lengths {_e(lengths_of(data, 'long_lengths'))}.</p>",
         "<h3>Formation events</h3>", events_html(data),
     ]
     if figure:
@@ -340,9 +372,10 @@ def write_attention_views(data: dict[str, Any], models: Sequence[tuple[int, Any]
     from exactlens.model import ExactTransformer
     from exactlens.viz.attention import attention_view
 
-    construction = get(data["against"])
+    construction = get(against(data))
     lang = construction.lang()
-    lengths = [n for n in data.get("lengths") or [word_length] if isinstance(n, int) and n >= 1] or [word_length]
+    given = lengths_of(data, "lengths") or [word_length]
+    lengths = [n for n in given if isinstance(n, int) and n >= 1] or [word_length]
     length = min(word_length, max(lengths))
     ids = lang.sample(length, 1, torch.Generator().manual_seed(0))
     tokens = lang.encode(ids).tokens[0]
@@ -354,7 +387,7 @@ def write_attention_views(data: dict[str, Any], models: Sequence[tuple[int, Any]
             path = attention_view(model, tokens, folder / f"step{step:08d}.html", f"step {step} on w = {word}",
                                   bundle_dir)
             written.append((f"step {step}", path))
-    exact = construction.make(**(data.get("params") or {}))
+    exact = construction.make(**(data.get("params") or (data.get("exact") or {}).get("params") or {}))
     written.append((f"exact {construction.name}",
                     attention_view(exact, tokens, folder / "exact.html", f"{construction.name} on w = {word}",
                                    bundle_dir)))
@@ -382,7 +415,7 @@ def write_timeline_page(data: dict[str, Any], path: str | Path, checkpoints: Any
     path = Path(path)
     folder = path.parent / f"{path.stem}_files"
     check_timeline_page(path, overwrite)
-    title = f"exactlens timeline against {data.get('against')}"
+    title = f"exactlens timeline against {against(data)}"
     with contextlib.ExitStack() as stack:
         page_tmp = stack.enter_context(staged(path, overwrite=overwrite, kind="file", what="timeline page"))
         tmp = stack.enter_context(staged(folder, overwrite=overwrite, what="timeline page folder"))
