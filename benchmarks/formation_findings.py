@@ -73,11 +73,23 @@ def train_all(out: Path, names: list[str], quick: bool, seeds: str) -> dict[str,
     return seconds
 
 
-TIMELINE = {"strings": 32, "alignment_pairs": 32, "das_steps": 40}
+TIMELINE = {"strings": 16, "alignment_pairs": 16, "das_steps": 30}
 QUICK_TIMELINE = {"strings": 8, "alignment_pairs": 8, "das_steps": 10}
+# the compared lengths: the training length; the long ones: FIRST's test length (Fig. 4), twice MAJORITY's
+LENGTHS = {"first": ([10], [1000]), "majority": ([50], [100])}
 
 
-def timelines(out: Path, names: list[str], options: dict, seeds: list[str]) -> dict[str, float]:
+def chosen_checkpoints(seed_dir: Path, most: int) -> list:
+    """At most ``most`` of a run's checkpoints, evenly spread over their list (first and last kept)."""
+    from exactlens.train.checkpoints import read_checkpoints
+
+    found = read_checkpoints(seed_dir)
+    if len(found) <= most:
+        return found
+    return [found[i] for i in sorted({round(k * (len(found) - 1) / (most - 1)) for k in range(most)})]
+
+
+def timelines(out: Path, names: list[str], options: dict, seeds: list[str], most: int) -> dict[str, float]:
     """``exactlens.analysis.timeline.timeline`` (= ``exactlens timeline SEED_DIR --against NAME``) of each
     chosen seed's run, written to OUT/timelines/NAME-seedS.json (a run already done is kept)."""
     import torch
@@ -96,9 +108,14 @@ def timelines(out: Path, names: list[str], options: dict, seeds: list[str]) -> d
             target = out / "timelines" / f"{name}-{seed_dir.name}.json"
             if target.exists():
                 continue
-            print(f"timeline of {seed_dir} against {against} with {options}", flush=True)
+            kept = chosen_checkpoints(seed_dir, most)
+            lengths, long_lengths = LENGTHS[RUNS[name][0]]
+            print(f"timeline of {seed_dir} (steps {[c.step for c in kept]}) against {against} with {options}",
+                  flush=True)
             start = time.perf_counter()
-            result = timeline(str(seed_dir), against, quiet=False, device="cpu", **options)
+            result = timeline(kept, against, steps=[c.step for c in kept], lengths=lengths, long_lengths=long_lengths,
+                              quiet=False, device="cpu", **options)
+            result["run"]["path"] = str(seed_dir)
             seconds[target.stem] = time.perf_counter() - start
             write_text(target, dumps(result) + "\n")
             print(f"{target}: {seconds[target.stem]:.0f} s; {result['events']['order']}", flush=True)
@@ -111,6 +128,8 @@ def training_curves(out: Path) -> dict[str, list[dict]]:
     curves = {}
     for index in sorted((out / "runs").glob("*/seed*/checkpoints/index.jsonl")):
         run = f"{index.parents[2].name}-{index.parents[1].name}"
+        if run.startswith("."):  # a run still being written (staged)
+            continue
         rows = [json.loads(line) for line in index.read_text(encoding="utf-8").splitlines()]
         curves[run] = [{"step": r["step"], "test_accuracy": r.get("test_accuracy")} for r in rows]
     return curves
@@ -166,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="seconds: a few steps per run (a smoke test)")
     parser.add_argument("--timeline-seeds", default="0",
                         help="comma list of the seeds whose runs get a timeline ('' = all)")
+    parser.add_argument("--timeline-checkpoints", type=int, default=8,
+                        help="at most this many of a run's checkpoints get a timeline (evenly spread)")
     parser.add_argument("--timeline-option", action="append", default=[], metavar="KEY=JSON",
                         help="a timeline option over the defaults (repeatable, e.g. --timeline-option das_steps=80)")
     args = parser.parse_args(argv)
@@ -182,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             key, _, value = item.partition("=")
             options[key] = json.loads(value)
         record["timeline_options"] = options
-        record["timeline_s"] = timelines(out, args.runs, options, [s for s in args.timeline_seeds.split(",") if s])
+        record["timeline_s"] = timelines(out, args.runs, options, [s for s in args.timeline_seeds.split(",") if s],
+                                         args.timeline_checkpoints)
     if args.step in ("summary", "all"):
         record["rows"] = summary(out)
         record["training_curves"] = training_curves(out)
