@@ -557,10 +557,10 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
         keys = [(site, variables[f.variable].origin, variables[f.variable].name, f.positions, f.dim, trained.d_model)
                 for f in fits]
         start = [warm.get(key) for key in keys]
-        all_warm = all(b is not None for b in start) and settings.warm_steps is not None
-        projector = fit_group(task, trained, site, fits, train, settings, gen, cache, known,
-                              (start, settings.warm_steps if all_warm else None))
-        warm.update(zip(keys, bases(projector, fits), strict=True))
+        steps = _fit_steps(settings, all(b is not None for b in start), solves["solves"])
+        projector = fit_group(task, trained, site, fits, train, settings, gen, cache, known, (start, steps))
+        if solves["solves"]:  # a later model starts from subspaces of a model that solves the task
+            warm.update(zip(keys, bases(projector, fits), strict=True))
         val_scores = score_group(task, trained, site, fits, val, projector, cache)
         chosen = []
         for i, pos in cells:
@@ -613,10 +613,12 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
                 "validation_iia": val_scores[index[dim]]["iia"],
                 "validation_iia_changed": val_scores[index[dim]]["iia_changed"],
                 "validation_iia_by_dim": {str(k): val for k, val in by_dim.items()},
-                "init": ("warm start (the previous model's subspace)"
+                "init": ("warm start (the subspace of an earlier model that solves the task)"
                          if (site, v.origin, v.name, pos, dim, trained.d_model) in warm_before
                          else "known direction" if i in known else "random"),
             }
+            if settings.warm_steps is not None:  # a timeline's fit: how many Adam steps it took
+                row["fit_steps"] = settings.steps if steps is None else steps
             # the localization test of an answer-determined variable: every position of a component output
             row["source_determined"] = determined[i]
             row["test"] = "localization" if determined[i] >= DETERMINED and component and pos == "all" \
@@ -633,6 +635,16 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
     return {"rows": rows, "skipped": skipped, "sites": sites, "variables": _describe(variables, determined),
             "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
             "verdicts": verdicts.variable_verdicts(rows, sites, readout), **summarize(rows, variables, sites)}
+
+
+def _fit_steps(settings: Settings, all_warm: bool, solves: bool) -> int | None:
+    """A site's Adam steps in a timeline (``settings.warm_steps`` set; None: ``settings.steps``): the short
+    count where every fit starts from an earlier solving model's subspace, or where this model does not
+    solve the task (its verdict is then "model does not solve the task" whatever the fit finds); else the
+    full count."""
+    if settings.warm_steps is None:
+        return None
+    return settings.warm_steps if all_warm or not solves else None
 
 
 def known_directions(side: Side, variables: list[HighLevel]) -> dict[int, torch.Tensor]:
