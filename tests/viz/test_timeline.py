@@ -160,3 +160,24 @@ def test_figure_and_page_of_a_real_timeline(tmp_path) -> None:
     assert views == ["exact.html", "step00000000.html", "step00000002.html", "step00000006.html"]
     text = page.read_text(encoding="utf-8")
     assert text.count("<tr>") == 1 + 3 and data["events"]["order"].split(";")[0] in text
+
+
+def test_el_timeline_writes_its_page_and_plots(tmp_path) -> None:
+    """``el.timeline(..., html=FILE)`` (``exactlens timeline RUN --against NAME --html FILE``) on a run directory:
+    the page with attention views of the first, middle and last checkpoint; ``.plot()`` is the timeline figure;
+    an existing page is refused before any work."""
+    import exactlens as el
+
+    el.train("first", out=tmp_path / "run", seed=0, epochs=4, strings_per_epoch=40, batch_size=20,
+             train_length=[1, 6], test_length=12, test_strings=10, eval_every=0, checkpoints="0,1,3,8")
+    page = tmp_path / "page.html"
+    result = el.timeline(str(tmp_path / "run"), "first", lengths=[2, 4], strings=6, device="cpu", html=page,
+                         parts=["behaviour", "attention"])
+    views = sorted(p.name for p in (tmp_path / "page_files" / "attention").iterdir())
+    assert views == ["exact.html", "step00000000.html", "step00000001.html", "step00000008.html"]  # (4 - 1) // 2
+    assert page.read_text(encoding="utf-8").count("<tr>") == 1 + 4
+    fig = result.plot()
+    assert fig.axes[0].get_xscale() == "symlog"
+    with pytest.raises(ExactLensError, match="exists"):
+        el.timeline(str(tmp_path / "run"), "first", lengths=[2], strings=6, device="cpu", html=page,
+                    parts=["behaviour"])

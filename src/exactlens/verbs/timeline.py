@@ -1,4 +1,4 @@
-"""``exactlens timeline RUN --against NAME [--json]``: every checkpoint of a run compared with an exact
+"""``exactlens timeline RUN --against NAME [--html FILE] [--json]``: every checkpoint of a run compared with an exact
 construction, and when (in what order) the trained model becomes the exact circuit
 (:func:`exactlens.analysis.timeline.timeline`; docs/formation.md).
 
@@ -23,10 +23,24 @@ __all__ = ["TimelineRequest", "format_timeline_text", "run"]
 def run(request: Any) -> Result:
     from exactlens.analysis.timeline import timeline
 
+    if request.html is not None:  # before the work: a page that cannot be written is said now, not after minutes
+        from exactlens.viz.timeline import check_timeline_page
+
+        check_timeline_page(request.html, request.overwrite)
     label = request.target if isinstance(request.target, str) else type(request.target).__name__
     tell(f"timeline: {label} against {request.against}")
     data = timeline(request.target, request.against, request, progress=tell if request.quiet else None)
     return Result("timeline", data)
+
+
+def after(request: Any, result: Result, from_cli: bool) -> None:
+    """The --html page (exactlens.viz.timeline), after the result is out: a failing page write cannot lose it."""
+    if request.html is not None:
+        from exactlens.viz.timeline import write_timeline_page
+
+        path = write_timeline_page(result.to_dict(), request.html, checkpoints=request.target,
+                                   overwrite=request.overwrite)
+        tell(f"timeline: wrote {path}")
 
 
 def checkpoint_line(row: dict[str, Any]) -> str:
@@ -77,4 +91,4 @@ register_verb(VerbSpec(
     "timeline", "compare every checkpoint of a run with an exact construction: when each variable forms, "
     "against accuracy, length generalisation and circuit overlap", TimelineRequest, run,
     views={"timeline": View(headline, format_timeline_text, plot)}, description=__doc__.split("\n\n")[0],
-    order=55))
+    after=after, order=55))

@@ -395,15 +395,33 @@ def write_attention_views(data: dict[str, Any], models: Sequence[tuple[int, Any]
 
 
 def checkpoint_models(source: Any, data: dict[str, Any]) -> list[tuple[int, Any]]:
-    """(step, model) of the first, middle and last checkpoint: ``source`` is a run directory with
-    checkpoints, a list of Checkpoint objects (exactlens.train.checkpoints) or of (step, model) pairs."""
+    """(step, model) of the first, middle and last checkpoint of ``source``: a run directory with checkpoints,
+    a train result or run, a list of Checkpoints (exactlens.train.checkpoints), of (step, model) pairs, or the
+    list a timeline was given (models or checkpoint directories; the steps from ``data``'s rows). Items that
+    are no model (state dicts) give no view."""
+    from exactlens.model import ExactTransformer
     from exactlens.train.checkpoints import Checkpoint, read_checkpoints
 
+    if hasattr(source, "run") and not isinstance(source, (str, Path, list, tuple)):
+        source = source.run  # a train Result
     if isinstance(source, (str, Path)):
         source = read_checkpoints(source)
-    items = list(source)
-    picked = [items[i] for i in pick_checkpoints(len(items))]
-    return [(c.step, c.model()) if isinstance(c, Checkpoint) else (int(c[0]), c[1]) for c in picked]
+    elif hasattr(source, "checkpoints") and not isinstance(source, (list, tuple)):
+        source = source.checkpoints or []
+    items = list(source) if isinstance(source, (list, tuple)) else []
+    steps = [c["step"] for c in _checkpoints(data)]
+    found = []
+    for i in pick_checkpoints(len(items)):
+        item = items[i]
+        if isinstance(item, Checkpoint):
+            found.append((item.step, item.model()))
+        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], int):
+            found.append((item[0], item[1]))
+        elif len(steps) == len(items) and isinstance(item, (str, Path)):
+            found.append((steps[i], ExactTransformer.load(item).eval()))
+        elif len(steps) == len(items) and isinstance(item, ExactTransformer):
+            found.append((steps[i], item))
+    return found
 
 
 def write_timeline_page(data: dict[str, Any], path: str | Path, checkpoints: Any = None, *,

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from exactlens.analysis.diff.request import DiffRequest
-from exactlens.requests import Any_, Int, IntList, Lengths, TextList, option
+from exactlens.requests import Any_, Bool, Int, IntList, Lengths, Path_, TextList, option
 
 __all__ = ["DEFAULT_PARTS", "FROM_DIFF", "TimelineRequest", "resolved"]
 
@@ -69,6 +69,14 @@ _TAIL = [
                                    help="Adam steps of a DAS fit warm-started from the previous checkpoint's "
                                         "subspace (default: a quarter of --das-steps, at least 10)")),
 ]
+
+_PAGE = [  # the page (exactlens.viz.timeline.write_timeline_page), as the diff's --html
+    ("html", Any, option(None, kind=Path_(), metavar="FILE",
+                         help="also write an HTML page: the figure, the table of checkpoints, the IIA per checkpoint "
+                              "and attention views at the first, middle and last checkpoint (in FILE_stem_files/)")),
+    ("overwrite", bool, option(False, kind=Bool(), help="replace an existing --html page and its files")),
+]
+_TAIL += _PAGE
 
 TimelineRequest = dataclasses.make_dataclass(
     "TimelineRequest",
