@@ -25,10 +25,11 @@ class FormationRun:
     options: dict[str, Any] = field(default_factory=dict)
     quick_options: dict[str, Any] = field(default_factory=dict)
     long_lengths: tuple[int, ...] | None = None
+    das: bool = False  # DAS (the alignment part) in the full report: only where the variables are few
 
 
 RUNS = (
-    FormationRun("membership", "first", "first", (4, 8), long_lengths=(64,),
+    FormationRun("membership", "first", "first", (4, 8), long_lengths=(64,), das=True,
                  options={"epochs": 60, "strings_per_epoch": 100, "batch_size": 20, "train_length": [1, 8],
                           "test_length": 64, "test_strings": 50, "lr": 3e-3, "eval_every": 0},
                  quick_options={"epochs": 6}),
@@ -45,8 +46,16 @@ RUNS = (
 
 CHECKPOINT_FRACTIONS = (0.0, 0.15, 1.0)  # steps kept: these fractions of the run's steps (0 and the last)
 TIMELINE = {"strings": 12, "das_steps": 30, "alignment_pairs": 12}
-# --quick (the tests' report) leaves DAS out: it is ~95 % of a timeline's time (measured: 38 s of 40 s)
-QUICK_TIMELINE = {"strings": 8, "parts": ["behaviour", "probes", "attention", "circuit"]}
+# DAS is ~95 % of a timeline's time (measured: 38 s of 40 s for four FIRST checkpoints) and grows with the
+# variables (MAJORITY has 22): the full report fits it only where they are few; --quick (the tests') never
+WITHOUT_DAS = ["behaviour", "probes", "attention", "circuit"]
+QUICK_TIMELINE = {"strings": 8}
+
+
+def timeline_settings(ctx: ReportContext, spec: FormationRun) -> dict[str, Any]:
+    if ctx.quick:
+        return {**QUICK_TIMELINE, "parts": WITHOUT_DAS}
+    return dict(TIMELINE) if spec.das else {"strings": TIMELINE["strings"], "parts": WITHOUT_DAS}
 
 
 def checkpoint_steps(total: int) -> list[int]:
@@ -70,7 +79,7 @@ def formation_run(ctx: ReportContext, spec: FormationRun) -> tuple[Any, dict[str
     start = time.perf_counter()
     steps = checkpoint_steps(total_steps(spec.train_name, options))
     run = train(spec.train_name, seed=0, checkpoints=",".join(map(str, steps)), device=ctx.device, **options)
-    settings = QUICK_TIMELINE if ctx.quick else TIMELINE
+    settings = timeline_settings(ctx, spec)
     result = timeline(run, spec.against, lengths=list(spec.lengths), quiet=True, device=ctx.device,
                       long_lengths=list(spec.long_lengths) if spec.long_lengths else None, **settings)
     return run, result, time.perf_counter() - start
@@ -87,7 +96,7 @@ def formation_html(ctx: ReportContext, spec: FormationRun) -> str:
     views = write_attention_views(result, checkpoint_models(run.checkpoints, result),
                                   ctx.out_dir / "attention" / anchor, bundle_dir=ctx.bundle_dir)
     options = {**spec.options, **(spec.quick_options if ctx.quick else {})}
-    settings = QUICK_TIMELINE if ctx.quick else TIMELINE
+    settings = timeline_settings(ctx, spec)
     intro = (f"<h3>{esc(spec.kind)}: <code>exactlens train {esc(spec.train_name)}</code> against "
              f"<code>{esc(spec.against)}</code></h3><p>Trained with {esc(options)}, seed 0, checkpoints at steps "
              f"{esc(', '.join(str(c.step) for c in run.checkpoints))}; timeline on |w| in {esc(list(spec.lengths))} "
@@ -102,15 +111,16 @@ def formation_sections(ctx: ReportContext) -> list[Section]:
     if not chosen:
         return []
     ctx.record_settings(formation={"checkpoint_fractions": list(CHECKPOINT_FRACTIONS),
-                                   "timeline": QUICK_TIMELINE if ctx.quick else TIMELINE,
+                                   "timeline": {s.kind: timeline_settings(ctx, s) for s in chosen},
                                    "runs": {s.kind: s.train_name for s in chosen}})
     parts = ["<p>When does a trained model become the exact circuit? For each task kind, a tiny run is trained "
              "with three checkpoints (at 0, 15 % and 100 % of its training steps) and each checkpoint is "
              "compared with the exact construction (<code>exactlens timeline RUN --against NAME</code>, "
              "docs/formation.md): behaviour, agreement, per variable the alignment verdict with its interval, "
-             "attention, circuit overlap, and the formation events. These runs are far too short to show a "
-             "mechanism forming reliably; they show the tool. docs/formation.md has the findings at larger "
-             "settings.</p>"]
+             "attention, circuit overlap, and the formation events (the alignment verdicts, DAS, only where a task "
+             "has few variables, FIRST here, and not with --quick: DAS is most of a timeline's time). These runs "
+             "are far too short to show a mechanism forming reliably; they show the tool. docs/formation.md has "
+             "the findings at larger settings.</p>"]
     for spec in chosen:
         try:
             parts.append(formation_html(ctx, spec))
