@@ -126,7 +126,8 @@ def _prepare_all(sources: list[Source], shared: ExactSide, request: Any, say: Ca
                 warnings.simplefilter("always")
                 ctx = prepare_trained(model, shared, request, lambda message: None)
         except ExactLensError as err:
-            raise ExactLensError(f"{source.label}: {err}") from None
+            said = str(err)
+            raise ExactLensError(said if said.startswith(source.label) else f"{source.label}: {said}") from None
         if n == len(sources) - 1:
             for warning in caught:
                 warnings.warn(str(warning.message), warning.category, stacklevel=3)
