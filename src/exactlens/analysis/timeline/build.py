@@ -126,7 +126,8 @@ def _prepare_all(sources: list[Source], shared: ExactSide, request: Any, say: Ca
                 warnings.simplefilter("always")
                 ctx = prepare_trained(model, shared, request, lambda message: None)
         except ExactLensError as err:
-            raise ExactLensError(f"{source.label}: {err}") from None
+            said = str(err)
+            raise ExactLensError(said if said.startswith(source.label) else f"{source.label}: {said}") from None
         if n == len(sources) - 1:
             for warning in caught:
                 warnings.warn(str(warning.message), warning.category, stacklevel=3)
@@ -182,6 +183,11 @@ def _long_accuracy(ctx: Context, long_words: list[dict[str, Any]]) -> tuple[floa
     return right / total, ("; ".join(f"length {w['length']} left out: {w['reason']}" for w in skipped) or None)
 
 
+ALIGNMENT_FIELDS = ("variable", "origin", "site", "position", "test", "dim", "iia_changed", "iia_ci", "changed_pairs",
+                    "random_iia_p95", "verdict", "init", "fit_steps")
+"""What a row keeps of each DAS row (site x variable x positions): enough for an IIA map per checkpoint."""
+
+
 def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
@@ -211,13 +217,15 @@ def checkpoint_row(source: Source, sections: dict[str, Any], summary: dict[str, 
         absent("probes", "probes")
     if "alignment" in sections:
         row["verdicts"] = summary.get("verdicts") or {}
+        row["alignment"] = [{key: r.get(key) for key in ALIGNMENT_FIELDS} for r in sections["alignment"]]
         if not row["verdicts"]:
             skipped = sections.get("alignment_details", {}).get("skipped", [])
             reasons["verdicts"] = "no variable fitted" + (
                 f" ({'; '.join(str(s['reason']) for s in skipped)})" if skipped else "")
     else:
-        row["verdicts"] = None
+        row["verdicts"] = row["alignment"] = None
         absent("verdicts", "alignment")
+        absent("alignment", "alignment")
     row["attention"] = _attention(sections, reasons, absent)
     row["circuit_overlap"] = _circuit(sections, reasons, absent)
     row["reasons"] = reasons

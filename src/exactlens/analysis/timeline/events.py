@@ -76,7 +76,7 @@ def order_sentence(found: dict[str, Any], long_lengths: list[int] | None = None)
     if found.get("circuit_final_edge_jaccard") is not None:
         named.append((f"circuit overlap at its final value (edge Jaccard {found['circuit_final_edge_jaccard']:.2f})",
                       found["circuit"]))
-    happened = sorted((step, text) for text, step in named if step is not None)
+    happened = sorted(((step, text) for text, step in named if step is not None), key=lambda e: e[0])  # stable
     never = [text for text, step in named if step is None]
     if not happened:
         sentence = "nothing settles by the last checkpoint"

@@ -60,7 +60,8 @@ def sources_of(run: Any, steps: Sequence[int] | None = None, template: Any = Non
                                  "checkpoints='log:N' (--checkpoint-every K / --checkpoints log:N)")
         origin = Origin("train run", None if run.checkpoint is None else str(run.checkpoint),
                         *_lengths(run.options))
-        return [Source(c.step, c.epoch, c.model, f"step {c.step}", dict(c.metrics)) for c in run.checkpoints], origin
+        return [Source(c.step, c.epoch, c.model, f"the checkpoint at step {c.step}", dict(c.metrics))
+                for c in run.checkpoints], origin
     if isinstance(run, (list, tuple)):
         return _from_list(list(run), steps, template), Origin("list")
     raise ExactLensError(f"a timeline's run is a run directory, a train result or a list of checkpoints; got "
@@ -96,8 +97,8 @@ def _from_directory(path: Path) -> tuple[list[Source], Origin]:
             options = json.loads(info.read_text(encoding="utf-8")).get("options") or {}
         except (ValueError, OSError, AttributeError) as err:
             raise ExactLensError(f"{info} is unreadable ({err})") from None
-    sources = [Source(c.step, c.epoch, _loader(c.path, f"the checkpoint at step {c.step}"), f"step {c.step}",
-                      dict(c.metrics)) for c in found]
+    sources = [Source(c.step, c.epoch, _loader(c.path, f"the checkpoint at step {c.step}"),
+                      f"the checkpoint at step {c.step}", dict(c.metrics)) for c in found]
     return sources, Origin("run directory", str(path), *_lengths(options))
 
 
