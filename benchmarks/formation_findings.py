@@ -89,7 +89,8 @@ def chosen_checkpoints(seed_dir: Path, most: int) -> list:
     return [found[i] for i in sorted({round(k * (len(found) - 1) / (most - 1)) for k in range(most)})]
 
 
-def timelines(out: Path, names: list[str], options: dict, seeds: list[str], most: int) -> dict[str, float]:
+def timelines(out: Path, names: list[str], options: dict, seeds: list[str], most: int,
+              tag: str = "") -> dict[str, float]:
     """``exactlens.analysis.timeline.timeline`` (= ``exactlens timeline SEED_DIR --against NAME``) of each
     chosen seed's run, written to OUT/timelines/NAME-seedS.json (a run already done is kept)."""
     import torch
@@ -105,7 +106,7 @@ def timelines(out: Path, names: list[str], options: dict, seeds: list[str], most
         for seed_dir in sorted((out / "runs" / name).glob("seed*")):
             if seeds and seed_dir.name.removeprefix("seed") not in seeds:
                 continue
-            target = out / "timelines" / f"{name}-{seed_dir.name}.json"
+            target = out / "timelines" / f"{name}-{seed_dir.name}{'-' + tag if tag else ''}.json"
             if target.exists():
                 continue
             kept = chosen_checkpoints(seed_dir, most)
@@ -169,6 +170,8 @@ def summary(out: Path) -> list[dict]:
             "curve": [{"step": c["step"], "accuracy": c.get("accuracy"), "long_accuracy": c.get("long_accuracy"),
                        "iia": {k: (v or {}).get("iia") for k, v in (c.get("verdicts") or {}).items()},
                        "verdict": {k: (v or {}).get("verdict") for k, v in (c.get("verdicts") or {}).items()},
+                       "cls_to_first": (c.get("attention") or {}).get("cls_to_first"),
+                       "cls_to_first_exact": (c.get("attention") or {}).get("cls_to_first_exact"),
                        "circuit_overlap": c.get("circuit_overlap")} for c in data.get("checkpoints") or []],
         })
     for row in rows:
@@ -185,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="seconds: a few steps per run (a smoke test)")
     parser.add_argument("--timeline-seeds", default="0",
                         help="comma list of the seeds whose runs get a timeline ('' = all)")
+    parser.add_argument("--tag", default="", help="timelines go to NAME-seedS-TAG.json (another set of options)")
     parser.add_argument("--timeline-checkpoints", type=int, default=8,
                         help="at most this many of a run's checkpoints get a timeline (evenly spread)")
     parser.add_argument("--timeline-option", action="append", default=[], metavar="KEY=JSON",
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             options[key] = json.loads(value)
         record["timeline_options"] = options
         record["timeline_s"] = timelines(out, args.runs, options, [s for s in args.timeline_seeds.split(",") if s],
-                                         args.timeline_checkpoints)
+                                         args.timeline_checkpoints, args.tag)
     if args.step in ("summary", "all"):
         record["rows"] = summary(out)
         record["training_curves"] = training_curves(out)
