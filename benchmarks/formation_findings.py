@@ -114,8 +114,8 @@ def timelines(out: Path, names: list[str], options: dict, seeds: list[str], most
             print(f"timeline of {seed_dir} (steps {[c.step for c in kept]}) against {against} with {options}",
                   flush=True)
             start = time.perf_counter()
-            result = timeline(kept, against, steps=[c.step for c in kept], lengths=lengths, long_lengths=long_lengths,
-                              quiet=False, device="cpu", **options)
+            given = {"lengths": lengths, "long_lengths": long_lengths, **options}  # the options win
+            result = timeline(kept, against, steps=[c.step for c in kept], quiet=False, device="cpu", **given)
             result["run"]["path"] = str(seed_dir)
             seconds[target.stem] = time.perf_counter() - start
             write_text(target, dumps(result) + "\n")

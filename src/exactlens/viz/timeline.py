@@ -120,7 +120,8 @@ def _mark_events(axes: Sequence[Any], marks: list[tuple[int, str, str]], label_a
 
 def timeline_figure(data: dict[str, Any], title: str | None = None) -> Any:
     """The metrics of a timeline against the step, events marked: a matplotlib Figure of two panels
-    (behaviour and circuit overlap; per variable the IIA of its verdict, 95 % interval as a band)."""
+    (behaviour, circuit overlap and the attention from [CLS] to the first symbol beside the exact model's;
+    per variable the IIA of its verdict, 95 % interval as a band)."""
     plt = pyplot()
     rows = _checkpoints(data)
     steps = [c["step"] for c in rows]
@@ -135,8 +136,17 @@ def timeline_figure(data: dict[str, Any], title: str | None = None) -> Any:
             label = f"accuracy at |w| in {_span(lengths_of(data, 'lengths'))}"
         if any(not math.isnan(v) for v in values):
             top.plot(steps, values, style, color=colour, marker="o", markersize=3, label=label)
-    top.set_ylabel("fraction")
-    top.set_ylim(-0.03, 1.03)
+    attention = [_number((c.get("attention") or {}).get("cls_to_first")) for c in rows]
+    if any(not math.isnan(v) for v in attention):  # summed over layers: may exceed 1
+        top.plot(steps, attention, "-", color="#8c564b", marker="s", markersize=3,
+                 label="attention [CLS] -> first symbol (sum over layers)")
+        exact = [_number((c.get("attention") or {}).get("cls_to_first_exact")) for c in rows]
+        if any(not math.isnan(v) for v in exact):
+            top.axhline(next(v for v in exact if not math.isnan(v)), color="#8c564b", linestyle=":", linewidth=1,
+                        label="... in the exact model")
+    top.set_ylabel("fraction; attention weight")
+    highest = max([1.0, *(v for line in top.get_lines() for v in line.get_ydata() if not math.isnan(v))])
+    top.set_ylim(-0.03, highest * 1.03)
     if top.get_lines():
         top.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     for name in names:
