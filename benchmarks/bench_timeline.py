@@ -9,7 +9,7 @@ alternate which side runs first; the table gives the median and the fastest roun
 
 Usage: PYTHONPATH=src python benchmarks/bench_timeline.py [--max-length 8] [--strings 64] [--checkpoints 20]
        [--rounds 1] [--threads 2] [--quick] [--results PATH]
-       (--quick: lengths 1..4, 16 words, 4 checkpoints, 10 DAS steps, a shorter training run)
+       (--quick: lengths 1..4, 16 words, 4 checkpoints, 40 DAS steps, a shorter training run)
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: lengths 1..4, 16 words, 4 checkpoints, 10 DAS steps, 20 training epochs")
+                        help="smoke run: lengths 1..4, 16 words, 4 checkpoints, 40 DAS steps, 20 training epochs")
     add_arguments(parser)
     args = parser.parse_args()
     if args.quick:
-        args.max_length, args.strings, args.checkpoints, args.das_steps, args.rounds = 4, 16, 4, 10, 1
+        args.max_length, args.strings, args.checkpoints, args.das_steps, args.rounds = 4, 16, 4, 40, 1
     torch.set_num_threads(args.threads)
     print(f"load average {os.getloadavg()[0]:.2f}; torch threads {args.threads}", flush=True)
     run = train("first", seed=0, epochs=20 if args.quick else 100, strings_per_epoch=100, batch_size=10,

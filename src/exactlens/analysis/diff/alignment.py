@@ -545,6 +545,8 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
     extra = [(i, "all") for i, v in enumerate(variables)
              if determined[i] >= DETERMINED and localizable(v) and base_cells[i][1] != "all"]
     solves = verdicts.solves_task(task, runs, trained, units)
+    if settings.warm_steps is not None and not solves["solves"]:  # a timeline's checkpoint: no fit changes it
+        return _unsolved(variables, skipped, settings, trained, split_notes, solves)
     known = known_directions(trained, variables)
     warm = carry.setdefault("alignment_fits", {})  # (site, origin, variable, positions, dim, d) -> basis
     warm_before = set(warm)
@@ -557,7 +559,7 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
         keys = [(site, variables[f.variable].origin, variables[f.variable].name, f.positions, f.dim, trained.d_model)
                 for f in fits]
         start = [warm.get(key) for key in keys]
-        steps = _fit_steps(settings, all(b is not None for b in start), solves["solves"])
+        steps = _fit_steps(settings, all(b is not None for b in start))
         projector = fit_group(task, trained, site, fits, train, settings, gen, cache, known, (start, steps))
         if solves["solves"]:  # a later model starts from subspaces of a model that solves the task
             warm.update(zip(keys, bases(projector, fits), strict=True))
@@ -637,14 +639,27 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
             "verdicts": verdicts.variable_verdicts(rows, sites, readout), **summarize(rows, variables, sites)}
 
 
-def _fit_steps(settings: Settings, all_warm: bool, solves: bool) -> int | None:
+def _unsolved(variables: list[HighLevel], skipped: list[dict[str, Any]], settings: Settings, trained: Side,
+              split_notes: dict[str, Any], solves: dict[str, Any]) -> dict[str, Any]:
+    """A timeline's checkpoint that does not solve the task: every variable's verdict is "model does not solve
+    the task" whatever a fit would find (verdicts.row_verdict), so none is fitted; the lines say so."""
+    names = [(v.origin, v.name) for v in variables]
+    lines = {}
+    for origin, name in names:
+        key = name if origin == "task" or ("task", name) not in names else f"exact:{name}"
+        lines[key] = {"verdict": "model does not solve the task", "site": None, "position": None, "dim": None,
+                      "iia": None, "iia_ci": None, "changed_pairs": 0, "lift": None, "random_iia_p95": None,
+                      "origin": origin, "position_name": None, "not_fitted": "the model does not solve the task"}
+    return {"rows": [], "skipped": skipped + [{"variable": None, "reason": "not fitted: the model does not solve the "
+                                               "task (accuracy below the threshold in solves)"}],
+            "sites": [], "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
+            "verdicts": lines, **summarize([], variables)}
+
+
+def _fit_steps(settings: Settings, all_warm: bool) -> int | None:
     """A site's Adam steps in a timeline (``settings.warm_steps`` set; None: ``settings.steps``): the short
-    count where every fit starts from an earlier solving model's subspace, or where this model does not
-    solve the task (its verdict is then "model does not solve the task" whatever the fit finds); else the
-    full count."""
-    if settings.warm_steps is None:
-        return None
-    return settings.warm_steps if all_warm or not solves else None
+    count where every fit starts from an earlier solving model's subspace, else the full count."""
+    return settings.warm_steps if settings.warm_steps is not None and all_warm else None
 
 
 def known_directions(side: Side, variables: list[HighLevel]) -> dict[int, torch.Tensor]:
