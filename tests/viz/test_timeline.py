@@ -94,7 +94,9 @@ def test_strip_has_one_heat_map_per_checkpoint(timeline: dict) -> None:
     # per-site rows where the timeline kept them
     timeline["checkpoints"][0]["alignment"] = [
         {"variable": "first_symbol", "site": "blocks.1.hook_resid_post", "iia_changed": 0.4},
-        {"variable": "first_symbol", "site": "blocks.0.hook_resid_post", "iia_changed": 0.2}]
+        {"variable": "first_symbol", "site": "blocks.0.hook_resid_post", "iia_changed": 0.2},
+        {"variable": "first_symbol", "site": "blocks.0.hook_resid_post", "iia_changed": None},  # not fit there
+        {"variable": "first_symbol", "site": "blocks.1.hook_resid_post", "iia_changed": 0.1}]  # another position
     fig = iia_strip_figure(timeline)
     first = next(ax for ax in fig.axes if ax.get_title() == "step 0")
     assert [t.get_text() for t in first.get_xticklabels()] == ["0.resid_post", "1.resid_post"]

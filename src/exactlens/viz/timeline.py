@@ -186,13 +186,17 @@ def _span(lengths: Any) -> str:
 
 def _cells(checkpoint: dict[str, Any]) -> dict[tuple[str, str], float]:
     """(variable, site) -> IIA of one checkpoint: its per-site alignment rows where the timeline kept
-    them (``alignment``: diff-style rows), else each verdict's IIA at its chosen site (a verdict that
-    claims no site, e.g. "indistinguishable from the answer", in a column of its own)."""
+    them (``alignment``: diff-style rows; the best of a site's positions), else each verdict's IIA at
+    its chosen site (a verdict that claims no site, e.g. "indistinguishable from the answer", in a
+    column of its own)."""
     cells: dict[tuple[str, str], float] = {}
     for r in checkpoint.get("alignment") or []:
         if isinstance(r, dict) and r.get("site") and r.get("test", "interchange") == "interchange":
-            value = r.get("iia_changed", r.get("iia"))
-            cells[(r.get("variable"), r["site"])] = _number(value)
+            value = _number(r.get("iia_changed", r.get("iia")))
+            key = (r.get("variable"), r["site"])
+            if not math.isnan(value) and not value <= cells.get(key, -1.0):  # the best of the site's positions
+                cells[key] = value
+            cells.setdefault(key, math.nan)
     if not cells:  # only the verdicts: each at its chosen site, or in a column of its own without one
         for name, v in (checkpoint.get("verdicts") or {}).items():
             if isinstance(v, dict) and v.get("iia") is not None:
