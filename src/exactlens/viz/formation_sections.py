@@ -26,6 +26,7 @@ class FormationRun:
     quick_options: dict[str, Any] = field(default_factory=dict)
     long_lengths: tuple[int, ...] | None = None
     das: bool = False  # DAS (the alignment part) in the full report: only where the variables are few
+    parts: tuple[str, ...] | None = None  # the parts without DAS (None: WITHOUT_DAS)
 
 
 RUNS = (
@@ -39,9 +40,11 @@ RUNS = (
                           "eval_every": 0},
                  quick_options={"epochs": 2, "strings_per_epoch": 200}),
     FormationRun("prediction", "induction-recent", "induction-recent", (6, 10),
-                 options={"epochs": 100, "eval_every": 0}, quick_options={"epochs": 10}),
+                 options={"epochs": 30, "eval_every": 0}, quick_options={"epochs": 10}),
     FormationRun("regression", "sm-solution2", "sm-solution2", (8, 16),
-                 options={"epochs": 40, "eval_every": 0}, quick_options={"epochs": 5}),
+                 options={"epochs": 40, "eval_every": 0}, quick_options={"epochs": 5},
+                 # probes and circuit discovery on this model (d 60, an FFN of 240) took ~100 s a checkpoint
+                 parts=("behaviour", "attention")),
 )
 
 CHECKPOINT_FRACTIONS = (0.0, 0.15, 1.0)  # steps kept: these fractions of the run's steps (0 and the last)
@@ -53,9 +56,10 @@ QUICK_TIMELINE = {"strings": 8}
 
 
 def timeline_settings(ctx: ReportContext, spec: FormationRun) -> dict[str, Any]:
+    parts = list(spec.parts or WITHOUT_DAS)
     if ctx.quick:
-        return {**QUICK_TIMELINE, "parts": WITHOUT_DAS}
-    return dict(TIMELINE) if spec.das else {"strings": TIMELINE["strings"], "parts": WITHOUT_DAS}
+        return {**QUICK_TIMELINE, "parts": parts}
+    return dict(TIMELINE) if spec.das else {"strings": TIMELINE["strings"], "parts": parts}
 
 
 def checkpoint_steps(total: int) -> list[int]:
