@@ -46,8 +46,8 @@ class VerbSpec:
 
 VERBS: dict[str, Any] = Registry("verbs")
 
-CORE_VERBS = ("listing", "task", "build", "verify", "precision", "train", "diff", "hull", "circuit", "discover",
-              "report", "sweep")
+CORE_VERBS = ("listing", "task", "build", "verify", "precision", "train", "diff", "timeline", "hull", "circuit",
+              "discover", "report", "sweep")
 """The core's verb modules (exactlens.verbs.<name>); each registers its spec when imported."""
 
 

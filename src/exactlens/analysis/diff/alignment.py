@@ -67,6 +67,7 @@ class Settings:
     pairs: int = 64  # pairs per length
     seed: int = 0
     untrained: bool = True
+    warm_steps: int | None = None  # Adam steps of a fit warm-started from an earlier model's subspace (None: steps)
 
 
 @dataclass
@@ -360,10 +361,13 @@ def _acts(patcher: Patcher, pset: PairSet, cache: dict) -> tuple[dict[str, torch
 
 def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: list[PairSet],
               settings: Settings, generator: torch.Generator, cache: dict | None = None,
-              init: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+              init: dict[int, torch.Tensor] | None = None,
+              warm: tuple[list[torch.Tensor | None], int | None] | None = None) -> torch.Tensor:
     """Fit one subspace per fit (all at one site, trained together); returns the projectors [F, d, d].
     ``init``: per variable index, a known direction [d] the first basis vector starts from (the rest
-    random)."""
+    random). ``warm``: (start, steps): per fit, None or an orthonormal basis [d, dim] the fit starts from
+    (the subspace an earlier model's fit found), and the Adam steps (None: ``settings.steps``)."""
+    start, steps = warm if warm is not None else (None, None)
     patcher = Patcher(side, site)
     d = side.d_model
     dtype = patcher.dtype
@@ -373,6 +377,8 @@ def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: l
     for f, fit in enumerate(fits):
         if init and fit.variable in init:
             weights[f, :, 0] = init[fit.variable].to(dtype) * 10.0
+        if start is not None and start[f] is not None:  # scaled as a known direction, so Adam's steps refine it
+            weights[f, :, : fit.dim] = start[f].to(dtype) * 10.0
     weights.requires_grad_(True)
     optimizer = torch.optim.Adam([weights], lr=settings.lr)
     cache = {} if cache is None else cache
@@ -382,7 +388,7 @@ def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: l
     usable = [p for p in train if len(p.base)]
     try:
         with torch.enable_grad():
-            for step in range(settings.steps):
+            for step in range(settings.steps if steps is None else steps):
                 pset = usable[step % len(usable)]
                 pick = torch.randperm(len(pset.base), generator=generator)[: settings.batch]
                 loss = _group_loss(task, patcher, pset, fits, _orthonormal(weights, dims), pick, cache)
@@ -462,6 +468,12 @@ def random_projectors(dims: list[int], d: int, generator: torch.Generator, dtype
     return _orthonormal(weights, torch.tensor(dims))
 
 
+def bases(projector: torch.Tensor, fits: list[Fit]) -> list[torch.Tensor]:
+    """Per fit, an orthonormal basis [d, dim] of its projector's range (its top eigenvectors)."""
+    _, vectors = torch.linalg.eigh(projector.double())  # ascending eigenvalues: the range is the last columns
+    return [vectors[f, :, vectors.shape[-1] - fit.dim:].flip(-1) for f, fit in enumerate(fits)]
+
+
 def untrained_copy(model: Any, seed: int) -> Any | None:
     """A randomly initialized model of the same shape (ExactTransformer only; None otherwise)."""
     if not isinstance(model, ExactTransformer):
@@ -482,8 +494,15 @@ def alignment_table(
     settings: Settings,
     untrained: Side | None = None,
     progress: Callable[[int, int], None] | None = None,
+    carry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``alignment`` rows of the diff JSON and their summary (see the module docstring)."""
+    """The ``alignment`` rows of the diff JSON and their summary (see the module docstring). ``carry``: what
+    a timeline shares between its models (empty for one diff): the variables and pairs, made for the first
+    model and reused (they read only the words and the exact side), and each fit's subspace, where the next
+    model's fit starts (``settings.warm_steps`` steps instead of ``settings.steps``)."""
+    carry = {} if carry is None else carry
+    if "alignment_pairs" in carry:
+        return _alignment_rows(runs, trained, exact, settings, untrained, progress, carry, carry["alignment_pairs"])
     task = exact.reader.task
     if not 1 <= settings.max_dim:
         raise ExactLensError(f"max_dim must be >= 1, got {settings.max_dim}")
@@ -503,6 +522,16 @@ def alignment_table(
         variables = []
     split_notes: dict[str, Any] = {}
     train, val, test = make_pairs(runs, variables, settings.pairs, settings.seed, split_notes)
+    carry["alignment_pairs"] = (variables, skipped, (train, val, test), split_notes)
+    return _alignment_rows(runs, trained, exact, settings, untrained, progress, carry, carry["alignment_pairs"])
+
+
+def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings: Settings, untrained: Side | None,
+                    progress: Callable[[int, int], None] | None, carry: dict[str, Any], prepared: tuple
+                    ) -> dict[str, Any]:
+    """The rows of :func:`alignment_table` from its ``prepared`` variables, skipped ones, pairs and notes."""
+    variables, skipped, (train, val, test), split_notes = prepared
+    task = exact.reader.task
     if not variables or not train:
         return {"rows": [], "skipped": skipped, "sites": [], "settings": _settings(settings, trained)}
     sites = alignment_sites(trained)
@@ -516,14 +545,24 @@ def alignment_table(
     extra = [(i, "all") for i, v in enumerate(variables)
              if determined[i] >= DETERMINED and localizable(v) and base_cells[i][1] != "all"]
     solves = verdicts.solves_task(task, runs, trained, units)
+    if settings.warm_steps is not None and not solves["solves"]:  # a timeline's checkpoint: no fit changes it
+        return _unsolved(variables, skipped, settings, trained, split_notes, solves)
     known = known_directions(trained, variables)
+    warm = carry.setdefault("alignment_fits", {})  # (site, origin, variable, positions, dim, d) -> basis
+    warm_before = set(warm)
     rows: list[dict[str, Any]] = []
     for g, site in enumerate(bar(sites, desc="DAS sites", unit="site")):
         component = site.endswith(COMPONENT_SITES)
         cells = base_cells + (extra if component else [])
         fits = [Fit(i, k, pos) for i, pos in cells for k in range(1, max_dim + 1)]
         cache: dict = {}  # the site's activations of every pair set, shared by the fit and the scores
-        projector = fit_group(task, trained, site, fits, train, settings, gen, cache, known)
+        keys = [(site, variables[f.variable].origin, variables[f.variable].name, f.positions, f.dim, trained.d_model)
+                for f in fits]
+        start = [warm.get(key) for key in keys]
+        steps = _fit_steps(settings, all(b is not None for b in start))
+        projector = fit_group(task, trained, site, fits, train, settings, gen, cache, known, (start, steps))
+        if solves["solves"]:  # a later model starts from subspaces of a model that solves the task
+            warm.update(zip(keys, bases(projector, fits), strict=True))
         val_scores = score_group(task, trained, site, fits, val, projector, cache)
         chosen = []
         for i, pos in cells:
@@ -576,8 +615,12 @@ def alignment_table(
                 "validation_iia": val_scores[index[dim]]["iia"],
                 "validation_iia_changed": val_scores[index[dim]]["iia_changed"],
                 "validation_iia_by_dim": {str(k): val for k, val in by_dim.items()},
-                "init": "known direction" if i in known else "random",
+                "init": ("warm start (the subspace of an earlier model that solves the task)"
+                         if (site, v.origin, v.name, pos, dim, trained.d_model) in warm_before
+                         else "known direction" if i in known else "random"),
             }
+            if settings.warm_steps is not None:  # a timeline's fit: how many Adam steps it took
+                row["fit_steps"] = settings.steps if steps is None else steps
             # the localization test of an answer-determined variable: every position of a component output
             row["source_determined"] = determined[i]
             row["test"] = "localization" if determined[i] >= DETERMINED and component and pos == "all" \
@@ -594,6 +637,29 @@ def alignment_table(
     return {"rows": rows, "skipped": skipped, "sites": sites, "variables": _describe(variables, determined),
             "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
             "verdicts": verdicts.variable_verdicts(rows, sites, readout), **summarize(rows, variables, sites)}
+
+
+def _unsolved(variables: list[HighLevel], skipped: list[dict[str, Any]], settings: Settings, trained: Side,
+              split_notes: dict[str, Any], solves: dict[str, Any]) -> dict[str, Any]:
+    """A timeline's checkpoint that does not solve the task: every variable's verdict is "model does not solve
+    the task" whatever a fit would find (verdicts.row_verdict), so none is fitted; the lines say so."""
+    names = [(v.origin, v.name) for v in variables]
+    lines = {}
+    for origin, name in names:
+        key = name if origin == "task" or ("task", name) not in names else f"exact:{name}"
+        lines[key] = {"verdict": "model does not solve the task", "site": None, "position": None, "dim": None,
+                      "iia": None, "iia_ci": None, "changed_pairs": 0, "lift": None, "random_iia_p95": None,
+                      "origin": origin, "position_name": None, "not_fitted": "the model does not solve the task"}
+    return {"rows": [], "skipped": skipped + [{"variable": None, "reason": "not fitted: the model does not solve the "
+                                               "task (accuracy below the threshold in solves)"}],
+            "sites": [], "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
+            "verdicts": lines, **summarize([], variables)}
+
+
+def _fit_steps(settings: Settings, all_warm: bool) -> int | None:
+    """A site's Adam steps in a timeline (``settings.warm_steps`` set; None: ``settings.steps``): the short
+    count where every fit starts from an earlier solving model's subspace, else the full count."""
+    return settings.warm_steps if settings.warm_steps is not None and all_warm else None
 
 
 def known_directions(side: Side, variables: list[HighLevel]) -> dict[int, torch.Tensor]:

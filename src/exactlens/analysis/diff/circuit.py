@@ -28,11 +28,13 @@ DEFAULT_METHOD = "eap"  # one forward and backward pass per length: affordable a
 
 def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
                  matching: list[dict[str, Any]] | None, method: str = DEFAULT_METHOD,
-                 granularity: str = "head", ablation: str = "resample") -> dict[str, Any]:
+                 granularity: str = "head", ablation: str = "resample", carry: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
     """The ``circuit`` part of the diff JSON (module docstring); ``available`` is False, with the
     reason, when the trained model is not an ExactTransformer (discovery runs edge by edge on its
     components). The method, granularity and ablation are the request's, checked there
-    (exactlens.analysis.diff.request)."""
+    (exactlens.analysis.diff.request). ``carry``: a timeline's shared values; the exact side (its circuit and
+    the method's check on it) is computed for the first model and reused."""
     head = {"method": method, "granularity": granularity, "ablation": ablation}
     if not isinstance(trained, ExactTransformer):
         return {**head, "available": False,
@@ -43,11 +45,17 @@ def circuit_part(trained, exact, lengths: Sequence[int], words: int, seed: int,
         t_batches = word_batches(trained, t_graph, lengths, words, seed, ablation, shared_longest(trained, exact))
     except ExactLensError as error:  # e.g. no length with two words to resample from
         return {**head, "available": False, "reason": str(error)}
-    e_batches = word_batches(exact, e_graph, lengths, words, seed, ablation, shared_longest(trained, exact))
-    truth = mark_constant(derive_circuit(exact, granularity), e_batches, exact)
+    key = ("circuit_exact", tuple(lengths), words, seed, method, granularity, ablation,
+           shared_longest(trained, exact))
+    carry = {} if carry is None else carry
+    if key not in carry:
+        e_batches = word_batches(exact, e_graph, lengths, words, seed, ablation, shared_longest(trained, exact))
+        truth = mark_constant(derive_circuit(exact, granularity), e_batches, exact)
+        check = score_discovery(discover(exact, e_graph, e_batches, method), truth).to_dict()
+        check.pop("roc")
+        carry[key] = (truth, check)
+    truth, check = carry[key]
     found = discover(trained, t_graph, t_batches, method)
-    check = score_discovery(discover(exact, e_graph, e_batches, method), truth).to_dict()
-    check.pop("roc")
     return {
         **head, "available": True, "threshold": found.threshold, "seconds": round(found.seconds, 3),
         "lengths": [int(b.tokens.shape[1]) - model_reader(trained).task.n_specials for b in t_batches],

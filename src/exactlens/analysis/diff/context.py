@@ -30,7 +30,7 @@ from exactlens.errors import ExactLensError
 from exactlens.interop.foreign import facts, is_foreign, readout_warning, to_exact
 from exactlens.interop.readout import default_readout, parse_readout
 
-__all__ = ["Context", "prepare"]
+__all__ = ["Context", "ExactSide", "prepare", "prepare_exact", "prepare_trained"]
 
 
 @dataclass
@@ -50,14 +50,38 @@ class Context:
     foreign: Any = None  # the user's own model (TransformerLens, Hugging Face) the trained side was read from
     readout: Any = None  # its readout (exactlens.interop.readout.Readout)
     values: dict[str, Any] = field(default_factory=dict)
+    # What a timeline shares between its models (empty for one diff): the exact side's runs of the words
+    # ("exact_runs"), the alignment's pairs and the previous model's fitted subspaces, the exact circuit.
+    carry: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ExactSide:
+    """The exact side of a diff, prepared once: several trained models (a timeline's checkpoints) can be
+    compared with it (:func:`prepare_trained`)."""
+
+    construction: Any
+    exact_model: Any
+    task: tasks.Task
+    device: Any  # the request's device (None: where the trained model is)
+
+
+def prepare_exact(against: str, request: Any) -> ExactSide:
+    """The construction built for the request (its parameters, dtype and device)."""
+    construction = get(against)
+    target = resolve_device(request.device, request.exact_dtype) if request.device is not None else None
+    exact_model = construction.make(dtype=request.exact_dtype, **request.param)
+    return ExactSide(construction, exact_model, tasks.of_model(exact_model), target)
 
 
 def prepare(trained: Any, against: str, request: Any, say: Callable[[str], None]) -> Context:
     """Both models on one device, read by their own readers, and the lengths both accept (module docstring)."""
-    construction = get(against)
-    target = resolve_device(request.device, request.exact_dtype) if request.device is not None else None
-    exact_model = construction.make(dtype=request.exact_dtype, **request.param)
-    task = tasks.of_model(exact_model)
+    return prepare_trained(trained, prepare_exact(against, request), request, say)
+
+
+def prepare_trained(trained: Any, shared: ExactSide, request: Any, say: Callable[[str], None]) -> Context:
+    """One trained model against the prepared exact side (:func:`prepare`)."""
+    construction, exact_model, task, target = shared.construction, shared.exact_model, shared.task, shared.device
     model, info = resolve_trained(trained)
     foreign, readout, model, info = _read_foreign(model, info, task, request.readout, say)
     target = target if target is not None else device_of(model)

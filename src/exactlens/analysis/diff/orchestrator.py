@@ -21,7 +21,7 @@ from exactlens.jsonio import jsonable
 from exactlens.progress import say
 from exactlens.requests import from_call, options_of
 
-__all__ = ["diff", "request_of"]
+__all__ = ["diff", "request_of", "run_parts"]
 
 PAGE_OPTIONS = ("html", "overwrite")  # the page's (el.diff, exactlens diff), not the comparison's
 
@@ -46,16 +46,25 @@ def diff(trained: Any, against: str, request: DiffRequest | None = None, *,
     ctx = prepare(trained, against, request, progress or _stderr(request.quiet))
     result: dict[str, Any] = {"trained": ctx.side.info, "exact": ctx.exact.info, "task": ctx.task.spec(),
                               "settings": _settings(ctx, request), "residual_labels": ctx.labels}
+    sections, summary = run_parts(ctx, request)
+    result.update(sections)
+    result["summary"] = summary
+    result["seconds"] = time.perf_counter() - start
+    return jsonable(result)
+
+
+def run_parts(ctx: Context, request: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The steps the request's parts need, run once each in the plan's order: the parts' sections and the
+    summary (a timeline runs this for each of its models)."""
+    sections: dict[str, Any] = {}
     summary: dict[str, Any] = {}
     for step in plan(request.parts):
         done = step.run(ctx, request)
         _check(step, done.sections, done.summary)
         ctx.values[step.name] = done.value
-        result.update(done.sections if step.name in request.parts else {})
+        sections.update(done.sections if step.name in request.parts else {})
         summary.update(done.summary)
-    result["summary"] = summary
-    result["seconds"] = time.perf_counter() - start
-    return jsonable(result)
+    return sections, summary
 
 
 def request_of(trained: Any, against: str, request: DiffRequest | None, options: dict[str, Any]) -> DiffRequest:

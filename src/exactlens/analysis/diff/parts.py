@@ -56,9 +56,13 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def _words(ctx: Any, request: Any) -> Done:
-    from exactlens.analysis.diff.runs import run_both
+    from exactlens.analysis.diff.runs import run_exact, with_trained
 
-    runs = run_both(ctx.task, ctx.lengths, request.strings, request.seed, ctx.side, ctx.exact)
+    exact_runs = ctx.carry.get("exact_runs")  # a timeline's: the exact side run once for all its models
+    if exact_runs is None:
+        exact_runs = ctx.carry["exact_runs"] = run_exact(ctx.task, ctx.lengths, request.strings, request.seed,
+                                                         ctx.exact)
+    runs = with_trained(exact_runs, ctx.side)
     ctx.say(f"diff: ran both models on {sum(len(r.ids) for r in runs)} words")
     return Done(value=runs)
 
@@ -144,7 +148,8 @@ def _alignment(ctx: Any, request: Any) -> Done:
     from exactlens.analysis.diff.runs import make_side
 
     settings = Settings(max_dim=request.das_max_dim, steps=request.das_steps, pairs=request.alignment_pairs,
-                        seed=request.seed, untrained=request.untrained_baseline)
+                        seed=request.seed, untrained=request.untrained_baseline,
+                        warm_steps=getattr(request, "das_warm_steps", None))
     baseline = untrained_copy(ctx.model, request.seed + 1) if request.untrained_baseline else None
     if request.untrained_baseline and ctx.foreign is not None:  # the user's model: its own initializer
         from exactlens.interop.foreign import untrained_foreign
@@ -155,7 +160,7 @@ def _alignment(ctx: Any, request: Any) -> Done:
                                                         tasks.reader(baseline, ctx.task),
                                                         ctx.exact.readout_position, False)
     table = alignment_table(ctx.values["words"], ctx.side, ctx.exact, ctx.values["probe_fits"][0]["features"],
-                            settings, untrained)
+                            settings, untrained, carry=ctx.carry)
     rows = table.pop("rows")
     ctx.say("diff: alignment done")
     summary = {key: table.get(key, {} if key == "verdicts" else None) for key in ALIGNMENT_SUMMARY}
@@ -167,7 +172,7 @@ def _circuit(ctx: Any, request: Any) -> Done:
 
     out = circuit_part(ctx.model, ctx.exact_model, ctx.lengths, request.strings, request.seed,
                        ctx.values["head_matching"]["matching"], request.circuit_method, request.circuit_granularity,
-                       request.circuit_ablation)
+                       request.circuit_ablation, carry=ctx.carry)
     summary = {} if not out["available"] else {"circuit_edge_auroc": out["edges"]["auroc"],
                                                "circuit_edge_jaccard": out["edges"]["jaccard"],
                                                "circuit_node_jaccard": out["nodes"]["jaccard"]}

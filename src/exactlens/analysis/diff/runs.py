@@ -11,7 +11,7 @@ constructions), or any model with TransformerLens hook names and a ``cfg`` (e.g.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -215,7 +215,7 @@ class LengthRun:
     n_positions: torch.Tensor  # [S] (every row is n)
     exhaustive: bool
     truth: torch.Tensor
-    trained_outputs: torch.Tensor
+    trained_outputs: torch.Tensor  # None in an exact-only run (run_exact)
     exact_outputs: torch.Tensor
     trained_acts: dict[str, np.ndarray]
     exact_acts: dict[str, np.ndarray]
@@ -294,23 +294,32 @@ def run_both(
     task: tasks.Task, lengths: list[int], strings: int, seed: int, trained: Side, exact: Side
 ) -> list[LengthRun]:
     """Both models on the same words of every length, with the activations the parts need."""
+    return with_trained(run_exact(task, lengths, strings, seed, exact), trained)
+
+
+def run_exact(task: tasks.Task, lengths: list[int], strings: int, seed: int, exact: Side) -> list[LengthRun]:
+    """The words of every length (drawn with ``seed``) and the exact model's run on them; the trained
+    fields are empty until :func:`with_trained` (a timeline runs the exact side once for all its models)."""
     gen = torch.Generator().manual_seed(int(seed))
-    t_names = set(trained.sites) | _attention_hooks(trained.n_layers)
     e_names = set(exact.sites) | _attention_hooks(exact.n_layers)
     runs = []
     for length in lengths:
         ids, exhaustive = words(task, length, strings, gen)
         batch = task.encode(ids)
-        t_logits, t_acts = trained.run(batch.tokens, t_names)
         e_logits, e_acts = exact.run(batch.tokens, e_names)
-        runs.append(
-            LengthRun(
-                length, ids, batch.tokens, batch.n_positions, exhaustive, task.targets(ids),
-                trained.outputs(t_logits, batch.n_positions), exact.outputs(e_logits, batch.n_positions),
-                t_acts, e_acts,
-            )
-        )
+        runs.append(LengthRun(length, ids, batch.tokens, batch.n_positions, exhaustive, task.targets(ids), None,
+                              exact.outputs(e_logits, batch.n_positions), {}, e_acts))
     return runs
+
+
+def with_trained(runs: list[LengthRun], trained: Side) -> list[LengthRun]:
+    """The exact side's runs with the trained model's run on the same words (new records; ``runs`` unchanged)."""
+    t_names = set(trained.sites) | _attention_hooks(trained.n_layers)
+    out = []
+    for run in runs:
+        t_logits, t_acts = trained.run(run.tokens, t_names)
+        out.append(replace(run, trained_outputs=trained.outputs(t_logits, run.n_positions), trained_acts=t_acts))
+    return out
 
 
 def _attention_hooks(n_layers: int) -> set[str]:

@@ -1,0 +1,98 @@
+"""Formation events from a timeline's checkpoint rows: when each variable is computed (and stays so), when
+behaviour reaches its threshold on the training and on the long lengths, when the circuit overlap reaches
+its final value, and their order in one sentence.
+
+An event is the first checkpoint *from which* the condition holds at every later checkpoint (a condition
+met and lost again is not an event yet); None where it never holds at the last checkpoint. Light (no torch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["BEHAVIOUR_AT", "COMPUTED_LOWER", "events", "order_sentence", "settled_from"]
+
+COMPUTED_LOWER = 0.9  # the IIA interval's lower end a "computed" verdict must also reach for the event
+BEHAVIOUR_AT = 0.99  # accuracy on the (training or long) lengths for the behaviour events
+
+
+def settled_from(rows: list[dict[str, Any]], holds: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """The first row from which ``holds`` is true at every later row (None when it fails at the last)."""
+    first = None
+    for row in reversed(rows):
+        if not holds(row):
+            break
+        first = row
+    return first
+
+
+def computed(row: dict[str, Any], variable: str) -> bool:
+    """The variable's verdict at this checkpoint is "computed" with its IIA interval's lower end >= 0.9."""
+    v = (row.get("verdicts") or {}).get(variable)
+    ci = (v or {}).get("iia_ci")
+    return bool(v) and v.get("verdict") == "computed" and ci is not None and ci[0] is not None \
+        and ci[0] >= COMPUTED_LOWER
+
+
+def _at_least(key: str, bound: float) -> Callable[[dict[str, Any]], bool]:
+    return lambda row: row.get(key) is not None and row[key] >= bound
+
+
+def _circuit(row: dict[str, Any]) -> float | None:
+    return (row.get("circuit_overlap") or {}).get("edge_jaccard")
+
+
+def events(rows: list[dict[str, Any]], long_lengths: list[int] | None = None) -> dict[str, Any]:
+    """The ``events`` of a timeline (module docstring)."""
+    names = list(dict.fromkeys(name for row in rows for name in (row.get("verdicts") or {})))
+    variables: dict[str, Any] = {}
+    for name in names:
+        row = settled_from(rows, lambda r, name=name: computed(r, name))
+        variables[name] = None if row is None else {"step": row["step"], "site": row["verdicts"][name]["site"]}
+    behaviour = settled_from(rows, _at_least("accuracy", BEHAVIOUR_AT))
+    long_behaviour = settled_from(rows, _at_least("long_accuracy", BEHAVIOUR_AT))
+    final = _circuit(rows[-1]) if rows else None
+    circuit = None if final is None else settled_from(rows, lambda r: _circuit(r) == final)
+    out = {
+        "variables": variables,
+        "behaviour": None if behaviour is None else behaviour["step"],
+        "long_behaviour": None if long_behaviour is None else long_behaviour["step"],
+        "circuit": None if circuit is None else circuit["step"],
+        "circuit_final_edge_jaccard": final,
+        "thresholds": {"computed_iia_ci_lower": COMPUTED_LOWER, "accuracy": BEHAVIOUR_AT},
+    }
+    out["order"] = order_sentence(out, long_lengths)
+    return out
+
+
+def order_sentence(found: dict[str, Any], long_lengths: list[int] | None = None) -> str:
+    """e.g. "w1 computed at step 120, before accuracy 0.99 at step 180; length generalisation at step 400"."""
+    long_text = f"length generalisation (accuracy {BEHAVIOUR_AT} at lengths {_span(long_lengths)})" \
+        if long_lengths else "length generalisation"
+    named: list[tuple[str, Any]] = [(f"{name} computed", v["step"] if v else None)
+                                    for name, v in found["variables"].items()]
+    named += [(f"accuracy {BEHAVIOUR_AT}", found["behaviour"]), (long_text, found["long_behaviour"])]
+    if found.get("circuit_final_edge_jaccard") is not None:
+        named.append((f"circuit overlap at its final value (edge Jaccard {found['circuit_final_edge_jaccard']:.2f})",
+                      found["circuit"]))
+    happened = sorted(((step, text) for text, step in named if step is not None), key=lambda e: e[0])  # stable
+    never = [text for text, step in named if step is None]
+    if not happened:
+        sentence = "nothing settles by the last checkpoint"
+    else:
+        parts, previous = [], None
+        for step, text in happened:
+            joiner = "" if previous is None else (", with " if step == previous else ", before ")
+            parts.append(f"{joiner}{text} at step {step}" if step != previous else f"{joiner}{text}")
+            previous = step
+        sentence = "".join(parts)
+    if never:
+        sentence += "; never by the last checkpoint: " + ", ".join(never)
+    return sentence
+
+
+def _span(lengths: list[int] | None) -> str:
+    if not lengths:
+        return "-"
+    return str(lengths[0]) if len(lengths) == 1 else ",".join(str(n) for n in lengths)
