@@ -112,9 +112,6 @@ def test_exact_first_against_itself_and_a_rotated_copy() -> None:
         assert verdicts["s"]["verdict"] == "indistinguishable from the answer" and verdicts["s"]["site"] is None
 
 
-@pytest.mark.xfail(strict=True, reason="known false negative (issue 29 item 5, open): the AND label's localization "
-                   "fit at blocks.0.hook_mlp_out scores IIA 0.0 on 16-38 changed pairs (k=1, 60 steps), so the "
-                   "self-diff calls it 'indistinguishable from the answer' where the exact circuit computes it")
 def test_exact_first_localizes_the_and_label() -> None:
     result = diff(build("first", dtype="float64"), "first", lengths=FIRST_LENGTHS, **FAST)
     v = result["summary"]["verdicts"]["I[w_i=1 & i=1]"]

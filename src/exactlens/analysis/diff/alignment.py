@@ -36,7 +36,8 @@ serves them all.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,7 @@ from exactlens import tasks
 from exactlens.analysis.diff import illusion, verdicts
 from exactlens.analysis.diff.interventions import _patched_outputs
 from exactlens.analysis.diff.runs import LengthRun, Side
+from exactlens.analysis.diff.starts import pick_best, probe_directions, start_weights, variable_dim
 from exactlens.devices import device_of
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
@@ -80,6 +82,9 @@ class HighLevel:
     counterfactual: Callable[[LengthRun, torch.Tensor, torch.Tensor], torch.Tensor]
     base_answer: Callable[[LengthRun, torch.Tensor], torch.Tensor]
     detail: dict[str, Any] = field(default_factory=dict)
+    # the variable's value on words b of a run at every token position, [B, n, m] (NaN where it has none):
+    # what a probe start fits to (:mod:`.starts`)
+    values: Callable[[LengthRun, torch.Tensor], torch.Tensor] | None = None
 
 
 @dataclass
@@ -106,8 +111,22 @@ def task_variables(task: tasks.Task) -> list[HighLevel]:
             lambda run, b, s, v=var: v.counterfactual(run.ids[b], run.ids[s]),
             lambda run, b: run.truth[b],
             {"description": var.description},
+            lambda run, b, v=var: _task_values(task, v, run, b),
         ))
     return out
+
+
+def _task_values(task: tasks.Task, var: Any, run: LengthRun, b: torch.Tensor) -> torch.Tensor:
+    """A task variable's values on words b at every token position [B, n, m]: a word's value at every
+    position, a position's at its symbol's token (NaN at the specials)."""
+    values = var.values(run.ids[b]).double()
+    rows, n = len(b), run.tokens.shape[1]
+    if var.scope == "position":
+        values = values.reshape(rows, values.shape[1], -1)
+        out = torch.full((rows, n, values.shape[2]), float("nan"), dtype=torch.float64)
+        out[:, task.symbol_offset:task.symbol_offset + values.shape[1]] = values
+        return out
+    return values.reshape(rows, 1, -1).expand(rows, n, -1)
 
 
 def exact_variables(exact: Side, features: list[dict[str, Any]]) -> tuple[list[HighLevel], list[dict[str, Any]]]:
@@ -136,8 +155,11 @@ def exact_variables(exact: Side, features: list[dict[str, Any]]) -> tuple[list[H
         def base_answer(run: LengthRun, b: torch.Tensor) -> torch.Tensor:
             return exact.reader.decide(run.exact_outputs[b], run.n_positions[b])
 
+        def values(run: LengthRun, b: torch.Tensor, site=site, index=index) -> torch.Tensor:
+            return torch.as_tensor(run.exact_acts[site][b.numpy()][:, :, index], dtype=torch.float64)[..., None]
+
         out.append(HighLevel(feat["label"], "exact", "position" if scope == "all" else "word", counterfactual,
-                             base_answer, {"exact_site": site, "exact_positions": scope}))
+                             base_answer, {"exact_site": site, "exact_positions": scope}, values))
     return out, skipped
 
 
@@ -361,24 +383,30 @@ def _acts(patcher: Patcher, pset: PairSet, cache: dict) -> tuple[dict[str, torch
 
 def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: list[PairSet],
               settings: Settings, generator: torch.Generator, cache: dict | None = None,
-              init: dict[int, torch.Tensor] | None = None,
-              warm: tuple[list[torch.Tensor | None], int | None] | None = None) -> torch.Tensor:
-    """Fit one subspace per fit (all at one site, trained together); returns the projectors [F, d, d].
-    ``init``: per variable index, a known direction [d] the first basis vector starts from (the rest
-    random). ``warm``: (start, steps): per fit, None or an orthonormal basis [d, dim] the fit starts from
-    (the subspace an earlier model's fit found), and the Adam steps (None: ``settings.steps``)."""
+              starts: dict[str, list[torch.Tensor | None]] | None = None,
+              warm: tuple[list[torch.Tensor | None], int | None] | None = None) -> tuple[torch.Tensor, list[str]]:
+    """Fit one subspace per fit (all at one site, trained together); returns the projectors [F, d, d]
+    and each fit's start. Every fit starts at random; ``starts`` adds, per start kind ("probe",
+    "known direction"), per fit the directions [d, r] (or None) of one more start, fitted alongside
+    and also scored unfitted; each fit keeps the candidate with the best training IIA (:mod:`.starts`).
+    ``warm`` (a timeline): (per fit None or an orthonormal basis [d, dim], the subspace an earlier model's
+    fit found; the Adam steps, None: ``settings.steps``). Where every fit has one, it is each fit's only
+    start ("warm start") and the fit takes those steps; otherwise it is one more start where present."""
     start, steps = warm if warm is not None else (None, None)
+    only_warm = start is not None and all(b is not None for b in start)
+    if start is not None and any(b is not None for b in start):
+        starts = {"warm start": start} if only_warm else {**(starts or {}), "warm start": start}
     patcher = Patcher(side, site)
     d = side.d_model
     dtype = patcher.dtype
-    kmax = max(f.dim for f in fits)
-    dims = torch.tensor([f.dim for f in fits])
-    weights = torch.randn(len(fits), d, kmax, generator=generator, dtype=dtype)
-    for f, fit in enumerate(fits):
-        if init and fit.variable in init:
-            weights[f, :, 0] = init[fit.variable].to(dtype) * 10.0
-        if start is not None and start[f] is not None:  # scaled as a known direction, so Adam's steps refine it
-            weights[f, :, : fit.dim] = start[f].to(dtype) * 10.0
+    candidates: list[tuple[int, str, torch.Tensor | None]] = (
+        [] if only_warm else [(f, "random", None) for f in range(len(fits))])
+    for kind, per_fit in (starts or {}).items():
+        candidates += [(f, kind, dirs) for f, dirs in enumerate(per_fit) if dirs is not None and dirs.shape[1]]
+    cand_fits = [fits[f] for f, _, _ in candidates]
+    dims = torch.tensor([f.dim for f in cand_fits])
+    weights = start_weights([c[2] for c in candidates], dims.tolist(), d, generator, dtype)
+    initial = _orthonormal(weights, dims)
     weights.requires_grad_(True)
     optimizer = torch.optim.Adam([weights], lr=settings.lr)
     cache = {} if cache is None else cache
@@ -391,7 +419,7 @@ def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: l
             for step in range(settings.steps if steps is None else steps):
                 pset = usable[step % len(usable)]
                 pick = torch.randperm(len(pset.base), generator=generator)[: settings.batch]
-                loss = _group_loss(task, patcher, pset, fits, _orthonormal(weights, dims), pick, cache)
+                loss = _group_loss(task, patcher, pset, cand_fits, _orthonormal(weights, dims), pick, cache)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -399,7 +427,65 @@ def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: l
         for p in frozen:
             p.requires_grad_(True)
     with torch.no_grad():
-        return _orthonormal(weights.detach(), dims)
+        fitted = _orthonormal(weights.detach(), dims)
+    if all(kind == "random" for _, kind, _ in candidates):  # random starts only
+        return fitted, ["random"] * len(fits)
+    started = [c for c, (_, kind, _) in enumerate(candidates) if kind != "random"]
+    pool = torch.cat([fitted, initial[started]])
+    meta = [(f, kind) for f, kind, _ in candidates] + [(candidates[c][0], f"{candidates[c][1]}, unfitted")
+                                                       for c in started]
+    scores = score_group(task, side, site, [fits[f] for f, _ in meta], train, pool, cache)
+    chosen, names = [], []
+    for f in range(len(fits)):
+        own = [c for c, (g, _) in enumerate(meta) if g == f]
+        best = own[pick_best([scores[c] for c in own])]
+        chosen.append(best)
+        names.append(meta[best][1])
+    return pool[chosen], names
+
+
+def probe_starts(side: Side, site: str, fits: list[Fit], train: list[PairSet], variables: list[HighLevel],
+                 cache: dict) -> list[torch.Tensor | None]:
+    """Per fit, the directions of a ridge probe of its variable's value on the site's activations of
+    the training base words at the fit's positions (:func:`.starts.probe_directions`)."""
+    patcher = Patcher(side, site)
+    out: dict[tuple[int, str], torch.Tensor | None] = {}
+    for fit in fits:
+        key = (fit.variable, fit.positions)
+        if key in out:
+            continue
+        v = variables[fit.variable]
+        xs, ys = [], []
+        for pset in train:
+            if not len(pset.base) or v.values is None:
+                continue
+            mask = _masks(side, pset.run, [fit])[0].bool()
+            x = _acts(patcher, pset, cache)[0]["site"][:, mask].double().cpu()
+            y = v.values(pset.run, pset.base)[:, mask]
+            x, y = x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])
+            keep = torch.isfinite(y).all(-1) & torch.isfinite(x).all(-1)
+            xs.append(x[keep])
+            ys.append(y[keep])
+        out[key] = probe_directions(torch.cat(xs), torch.cat(ys)) if xs else None
+    return [out[(f.variable, f.positions)] for f in fits]
+
+
+def variable_dims(variables: list[HighLevel], cells: list[tuple[int, str]], side: Side, train: list[PairSet],
+                  cap: int) -> dict[tuple[int, str], int]:
+    """Per cell (variable, positions), the variable's dimension on the training base words at those
+    positions (:func:`.starts.variable_dim`)."""
+    out = {}
+    for i, pos in cells:
+        v, ys = variables[i], []
+        for pset in train:
+            if not len(pset.base) or v.values is None:
+                continue
+            mask = _masks(side, pset.run, [Fit(i, 1, pos)])[0].bool()
+            y = v.values(pset.run, pset.base)[:, mask]
+            y = y.reshape(-1, y.shape[-1])
+            ys.append(y[torch.isfinite(y).all(-1)])
+        out[(i, pos)] = variable_dim(torch.cat(ys), cap) if ys else 1
+    return out
 
 
 @torch.no_grad()
@@ -496,10 +582,52 @@ def alignment_table(
     progress: Callable[[int, int], None] | None = None,
     carry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``alignment`` rows of the diff JSON and their summary (see the module docstring). ``carry``: what
-    a timeline shares between its models (empty for one diff): the variables and pairs, made for the first
-    model and reused (they read only the words and the exact side), and each fit's subspace, where the next
-    model's fit starts (``settings.warm_steps`` steps instead of ``settings.steps``)."""
+    """The ``alignment`` rows of the diff JSON and their summary (see the module docstring), with the
+    trained model's hard attention tolerant of rounding while it is patched (:func:`rounding_ties`).
+    ``carry``: what a timeline shares between its models (empty for one diff): the variables and pairs,
+    made for the first model and reused (they read only the words and the exact side), and each fit's
+    subspace, where the next model's fit starts (``settings.warm_steps`` steps instead of ``settings.steps``)."""
+    with rounding_ties(trained) as tolerance:
+        table = _alignment_table(runs, trained, exact, features, settings, untrained, progress, carry)
+    table["settings"]["hard_tie_tolerance"] = tolerance
+    return table
+
+
+@contextmanager
+def rounding_ties(side: Side) -> Iterator[float | None]:
+    """Hard attention picks the maximal scores, and the constructions rely on exact ties (e.g. the
+    rightmost of several equal keys). A subspace patch h + ((h_src - h) Q) Q^T with Q off the axes
+    moves every value by rounding (~1e-16), which breaks such ties at random: induction-recent's own
+    "previous symbol" directions, swapped exactly, scored 0.83 instead of 1.0. While DAS patches an
+    ExactTransformer with hard attention, scores within the rounding scale (1e-9 in float64, 1e-4 in
+    float32, as for a rotated copy: ``model.basis.rotate_residual``) count as tied; yields the
+    tolerance used (None: no hard attention, or not an ExactTransformer)."""
+    model = side.model
+    cfg = getattr(model, "cfg", None)
+    hard = isinstance(model, ExactTransformer) and any(
+        w != "softmax" and "hard" in w for w in cfg.per_layer("attention_weighting"))
+    if not hard:
+        yield None
+        return
+    before = cfg.hard_tie_tolerance
+    cfg.hard_tie_tolerance = max(before, 1e-9 if cfg.dtype == "float64" else 1e-4)
+    try:
+        yield cfg.hard_tie_tolerance
+    finally:
+        cfg.hard_tie_tolerance = before
+
+
+def _alignment_table(
+    runs: list[LengthRun],
+    trained: Side,
+    exact: Side,
+    features: list[dict[str, Any]] | None,
+    settings: Settings,
+    untrained: Side | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    carry: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``alignment`` rows of the diff JSON and their summary (see the module docstring)."""
     carry = {} if carry is None else carry
     if "alignment_pairs" in carry:
         return _alignment_rows(runs, trained, exact, settings, untrained, progress, carry, carry["alignment_pairs"])
@@ -549,18 +677,24 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
         return _unsolved(variables, skipped, settings, trained, split_notes, solves)
     known = known_directions(trained, variables)
     warm = carry.setdefault("alignment_fits", {})  # (site, origin, variable, positions, dim, d) -> basis
-    warm_before = set(warm)
+    # k = 1..max_dim, and the variable's own dimension where it needs more (classes - 1, a count vector)
+    needs = variable_dims(variables, base_cells + extra, trained, train, trained.d_model)
+    dims_of = {cell: sorted(set(range(1, max_dim + 1)) | {need}) for cell, need in needs.items()}
     rows: list[dict[str, Any]] = []
     for g, site in enumerate(bar(sites, desc="DAS sites", unit="site")):
         component = site.endswith(COMPONENT_SITES)
         cells = base_cells + (extra if component else [])
-        fits = [Fit(i, k, pos) for i, pos in cells for k in range(1, max_dim + 1)]
+        fits = [Fit(i, k, pos) for i, pos in cells for k in dims_of[(i, pos)]]
         cache: dict = {}  # the site's activations of every pair set, shared by the fit and the scores
         keys = [(site, variables[f.variable].origin, variables[f.variable].name, f.positions, f.dim, trained.d_model)
                 for f in fits]
         start = [warm.get(key) for key in keys]
-        steps = _fit_steps(settings, all(b is not None for b in start))
-        projector = fit_group(task, trained, site, fits, train, settings, gen, cache, known, (start, steps))
+        all_warm = all(b is not None for b in start)
+        steps = _fit_steps(settings, all_warm)
+        starts = {} if all_warm else {"probe": probe_starts(trained, site, fits, train, variables, cache)}
+        if known and not all_warm:
+            starts["known direction"] = [known[f.variable][:, None] if f.variable in known else None for f in fits]
+        projector, started = fit_group(task, trained, site, fits, train, settings, gen, cache, starts, (start, steps))
         if solves["solves"]:  # a later model starts from subspaces of a model that solves the task
             warm.update(zip(keys, bases(projector, fits), strict=True))
         val_scores = score_group(task, trained, site, fits, val, projector, cache)
@@ -579,7 +713,8 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
         rand_scores = score_group(task, trained, site, draws, test, rand, cache)
         if untrained is not None:
             u_cache: dict = {}
-            u_proj = fit_group(task, untrained, site, picked, train, settings, gen, u_cache)
+            u_starts = {"probe": probe_starts(untrained, site, picked, train, variables, u_cache)}
+            u_proj, _ = fit_group(task, untrained, site, picked, train, settings, gen, u_cache, u_starts)
             u_scores = score_group(task, untrained, site, picked, test, u_proj, u_cache)
         site_rows = []
         for n, ((i, pos), (dim, by_dim, index)) in enumerate(zip(cells, chosen, strict=True)):
@@ -615,9 +750,8 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
                 "validation_iia": val_scores[index[dim]]["iia"],
                 "validation_iia_changed": val_scores[index[dim]]["iia_changed"],
                 "validation_iia_by_dim": {str(k): val for k, val in by_dim.items()},
-                "init": ("warm start (the subspace of an earlier model that solves the task)"
-                         if (site, v.origin, v.name, pos, dim, trained.d_model) in warm_before
-                         else "known direction" if i in known else "random"),
+                "init": started[index[dim]],  # the start the fit kept (random, probe, known direction[, unfitted])
+                "variable_dim": needs[(i, pos)],
             }
             if settings.warm_steps is not None:  # a timeline's fit: how many Adam steps it took
                 row["fit_steps"] = settings.steps if steps is None else steps

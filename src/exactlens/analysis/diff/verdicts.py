@@ -152,20 +152,28 @@ def variable_verdicts(rows: list[dict[str, Any]], sites: list[str], readout_name
     """One line per variable: its best row by validation IIA (a "computed" row first), with that row's
     verdict. An answer-determined variable names no site, unless its localization test (every
     position of a component output, ``row["test"] == "localization"``) finds it computed at a site
-    *before* the answer reaches the readout position (the earliest site where the readout rows carry
-    it): then it is "computed" there. Exact labels are keyed ``exact:LABEL`` where a task variable
-    has the same name."""
+    *before* the answer reaches the readout position (the earliest site where a readout row of any
+    answer-determined variable carries it): then it is "computed" there. Exact labels are keyed
+    ``exact:LABEL`` where a task variable has the same name."""
     order = {s: i for i, s in enumerate(sites)}
     by_variable: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         by_variable.setdefault((row["origin"], row["variable"]), []).append(row)
+    # Where the answer reaches the readout position: the earliest site at which the readout row of any
+    # answer-determined variable swaps it (IIA >= COMPUTED_IIA; their counterfactuals are all the
+    # source's own answer, so their readout rows test the same thing, and a variable the readout
+    # position never holds, like FIRST's AND, has no readout row of its own that scores). A random
+    # subspace that swaps it too (Dyck-1's readout) does not make the answer arrive any later.
+    arrival = [order.get(r["site"], 0) for r in rows if (r.get("source_determined") or 0.0) >= determined_at
+               and r.get("test") != "localization" and r["position"] == "readout" and r.get("changed_pairs")
+               and (r.get("iia_changed") or 0.0) >= COMPUTED_IIA and r["verdict"] != "illusion suspected"]
     out: dict[str, dict[str, Any]] = {}
     for (origin, name), own in by_variable.items():
         key = name if origin == "task" or (("task", name) not in by_variable) else f"exact:{name}"
         scored = [r for r in own if r.get("changed_pairs")]
         determined = max((r.get("source_determined") or 0.0) for r in own) >= determined_at
         if determined:
-            best = _answer_determined(own, scored, order)
+            best = _answer_determined(own, scored, order, min(arrival) if arrival else None)
         else:
             computed = [r for r in scored if r["verdict"] == "computed"]
             best = min(computed or scored or own, key=lambda r: _selection_key(r, order))
@@ -173,13 +181,11 @@ def variable_verdicts(rows: list[dict[str, Any]], sites: list[str], readout_name
     return out
 
 
-def _answer_determined(own: list[dict[str, Any]], scored: list[dict[str, Any]], order: dict[str, int]
-                       ) -> dict[str, Any]:
+def _answer_determined(own: list[dict[str, Any]], scored: list[dict[str, Any]], order: dict[str, int],
+                       arrival: int | None) -> dict[str, Any]:
     readout = [r for r in scored if r.get("test") != "localization"]
-    arrival = [order.get(r["site"], 0) for r in readout if r["position"] == "readout" and passes_scores(r)
-               and r["verdict"] != "illusion suspected"]
     local = [r for r in scored if r.get("test") == "localization" and r["verdict"] == "computed"
-             and arrival and order.get(r["site"], 0) < min(arrival)]
+             and arrival is not None and order.get(r["site"], 0) < arrival]
     if local:
         return min(local, key=lambda r: (order.get(r["site"], 0), _selection_key(r, order)))
     pool = readout or scored or own

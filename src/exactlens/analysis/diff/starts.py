@@ -1,0 +1,103 @@
+"""Where DAS fits start, and how many dimensions a variable can need (issue 29, item 5).
+
+Gradient descent on Q from a random start misses subspaces that are there (measured on the exact
+constructions against themselves): on hard attention no gradient reaches the keys a subspace feeds
+(induction-recent's "previous symbol" is read only by layer 2's unique-hard keys), a fit that starts
+on a direction that is dead at the site stays there (FIRST's AND label started from its own
+dimension at a site that does not write it), and a minimum over two outputs (Dyck) is slow to find.
+So every fit runs from several starts at once (stacked like the fits themselves), and each fit keeps
+the start that does best on its *training* pairs (validation still picks k, test pairs still report):
+
+* ``"random"``: a random orthonormal basis (what DAS does alone);
+* ``"probe"``: the directions of a ridge probe of the variable's value on the site's activations at
+  the patched positions (training base words only): the column space of the probe's weights, strongest
+  first. A categorical variable (one integer value per unit, at most ONE_HOT_MAX values) is probed
+  one-hot; a vector (e.g. majority's counts) or a many-valued quantity as numbers;
+* ``"known direction"``: where the trained side is itself an exact construction that names its
+  residual dimensions (a self-diff), an exact label's own dimension.
+
+A start that is not random is also a candidate *unfitted* (zero steps): on hard attention the
+gradient can move a right start off the subspace without seeing what it breaks.
+
+A variable's dimension (``variable_dim``) is the rank of its centred (encoded) values on the training
+words: a categorical variable of c values needs c - 1 dimensions, a count vector of m classes m (m - 1
+within one length). DAS tries k = 1..max_dim and, where the variable needs more, k = its dimension too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+ONE_HOT_MAX = 12  # an integer variable with at most this many values is categorical (probed one-hot)
+RIDGE = 1e-6  # ridge strength relative to the largest squared singular value of the activations
+RANK_TOL = 1e-8  # relative singular value below which a direction of the values does not count
+START_NORM = 10.0  # length of a start direction among the N(0, 1) columns of the free weights
+
+START_KINDS = ("random", "probe", "known direction")
+
+
+def encode(values: torch.Tensor) -> torch.Tensor:
+    """[N, m] values -> [N, m'] numbers a linear probe can target: one column of integers with at
+    most ONE_HOT_MAX distinct values becomes one-hot (a categorical variable), anything else stays."""
+    values = values.double()
+    if values.shape[1] == 1 and torch.equal(values, values.round()):
+        kinds, index = torch.unique(values[:, 0], return_inverse=True)
+        if 1 < len(kinds) <= ONE_HOT_MAX:
+            return torch.nn.functional.one_hot(index, len(kinds)).double()
+    return values
+
+
+def variable_dim(values: torch.Tensor, cap: int) -> int:
+    """Rank of the centred encoded values [N, m] (at least 1, at most ``cap``)."""
+    if values.shape[0] < 2:
+        return 1
+    y = encode(values)
+    y = y - y.mean(0)
+    s = torch.linalg.svdvals(y)
+    if not len(s) or float(s[0]) == 0.0:
+        return 1
+    return max(1, min(cap, int((s > RANK_TOL * s[0]).sum())))
+
+
+def probe_directions(acts: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """[d, r] orthonormal directions of a ridge probe from activations [N, d] to values [N, m] (rows
+    aligned), strongest first; r = 0 where nothing varies."""
+    d = acts.shape[1]
+    if acts.shape[0] < 2:
+        return acts.new_zeros(d, 0).double()
+    x = acts.double() - acts.double().mean(0)
+    y = encode(values)
+    y = y - y.mean(0)
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    if not len(s) or float(s[0]) == 0.0:
+        return x.new_zeros(d, 0)
+    shrink = s / (s * s + RIDGE * s[0] ** 2)
+    weights = vh.T @ (shrink[:, None] * (u.T @ y))  # [d, m]: the ridge solution
+    w_u, w_s, _ = torch.linalg.svd(weights, full_matrices=False)
+    if not len(w_s) or float(w_s[0]) == 0.0:
+        return x.new_zeros(d, 0)
+    return w_u[:, w_s > RANK_TOL * w_s[0]]
+
+
+def start_weights(directions: list[torch.Tensor | None], dims: list[int], d: int, generator: torch.Generator,
+                  dtype: torch.dtype) -> torch.Tensor:
+    """[F, d, kmax] free weights: random N(0, 1) columns, the first columns of fit f replaced by its
+    start directions ([d, r] or None: random) scaled to START_NORM (QR keeps them first)."""
+    weights = torch.randn(len(dims), d, max(dims), generator=generator, dtype=dtype)
+    for f, start in enumerate(directions):
+        if start is not None and start.shape[1]:
+            r = min(start.shape[1], dims[f])
+            weights[f, :, :r] = start[:, :r].to(dtype) * START_NORM
+    return weights
+
+
+def pick_best(scores: list[dict[str, Any]]) -> int:
+    """Index of the best candidate by training IIA on changed units, then on all units (first wins ties)."""
+    def key(item: tuple[int, dict[str, Any]]) -> tuple:
+        n, score = item
+        changed = score.get("iia_changed")
+        return (-(changed if changed is not None else -1.0), -(score.get("iia") or 0.0), n)
+
+    return min(enumerate(scores), key=key)[0]
