@@ -31,7 +31,7 @@ class FormationRun:
 
 RUNS = (
     FormationRun("membership", "first", "first", (4, 8), long_lengths=(64,), das=True,
-                 options={"epochs": 60, "strings_per_epoch": 100, "batch_size": 20, "train_length": [1, 8],
+                 options={"epochs": 40, "strings_per_epoch": 100, "batch_size": 20, "train_length": [1, 8],
                           "test_length": 64, "test_strings": 50, "lr": 3e-3, "eval_every": 0},
                  quick_options={"epochs": 6}),
     FormationRun("classification", "majority", "majority", (20,), long_lengths=(50,),
@@ -48,7 +48,7 @@ RUNS = (
 )
 
 CHECKPOINT_FRACTIONS = (0.0, 0.15, 1.0)  # steps kept: these fractions of the run's steps (0 and the last)
-TIMELINE = {"strings": 12, "das_steps": 30, "alignment_pairs": 12}
+TIMELINE = {"strings": 10, "das_steps": 20, "alignment_pairs": 10}
 # DAS is ~95 % of a timeline's time (measured: 38 s of 40 s for four FIRST checkpoints) and grows with the
 # variables (MAJORITY has 22): the full report fits it only where they are few; --quick (the tests') never
 WITHOUT_DAS = ["behaviour", "probes", "attention", "circuit"]
