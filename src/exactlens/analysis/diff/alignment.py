@@ -650,7 +650,8 @@ def _alignment_table(
         fits = [Fit(i, k, pos) for i, pos in cells for k in dims_of[(i, pos)]]
         cache: dict = {}  # the site's activations of every pair set, shared by the fit and the scores
         starts = {"probe": probe_starts(trained, site, fits, train, variables, cache)}
-        if known:
+        if known:  # an exact label's own dimension replaces its probe start (a probe of it finds the same)
+            starts["probe"] = [None if f.variable in known else p for f, p in zip(fits, starts["probe"], strict=True)]
             starts["known direction"] = [known[f.variable][:, None] if f.variable in known else None for f in fits]
         projector, started = fit_group(task, trained, site, fits, train, settings, gen, cache, starts)
         val_scores = score_group(task, trained, site, fits, val, projector, cache)
