@@ -62,8 +62,13 @@ def self_diff(name: str, rotated: bool, **settings: Any) -> dict[str, Any]:
         if not line.get("changed_pairs"):
             exempt[key] = "untestable: no test pair changes the answer through it"
             continue
-        if (info.get("source_determined") or 0) >= 0.99 and origin == "exact" and info.get("exact_positions") != "all":
+        determined = (info.get("source_determined") or 0) >= 0.99
+        if determined and origin == "exact" and info.get("exact_positions") != "all":
             exempt[key] = "the answer itself at the readout position (indistinguishable by design)"
+            continue
+        if determined and line["verdict"] == "indistinguishable from the answer" and _only_where_answer_arrives(
+                result, origin, variable):
+            exempt[key] = "computed only where the answer reaches the readout (indistinguishable by design)"
             continue
         problems = []
         if line["verdict"] != "computed" or (line["iia"] or 0) < SELF_IIA:
@@ -78,3 +83,16 @@ def self_diff(name: str, rotated: bool, **settings: Any) -> dict[str, Any]:
         if problems:
             failures[key] = "; ".join(problems)
     return {"verdicts": verdicts, "failures": failures, "exempt": exempt, "seconds": result.get("seconds")}
+
+
+def _only_where_answer_arrives(result: dict[str, Any], origin: str, variable: str) -> bool:
+    """An answer-determined variable whose localization rows are "computed" only at or after the site
+    where the answer reaches the readout position (majority's counts: one attention layer computes
+    them at [CLS], where the answer is read): nothing tells it from the answer."""
+    order = {site: n for n, site in enumerate(result["alignment_details"]["sites"])}
+    rows = result["alignment"]
+    arrival = [order[r["site"]] for r in rows if (r.get("source_determined") or 0) >= 0.99
+               and r["test"] == "interchange" and r["position"] == "readout" and (r["iia_changed"] or 0) >= 0.9]
+    local = [order[r["site"]] for r in rows if r["variable"] == variable and r["origin"] == origin
+             and r["test"] == "localization" and r["verdict"] == "computed"]
+    return bool(arrival and local) and min(local) >= min(arrival)

@@ -692,7 +692,8 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
         all_warm = all(b is not None for b in start)
         steps = _fit_steps(settings, all_warm)
         starts = {} if all_warm else {"probe": probe_starts(trained, site, fits, train, variables, cache)}
-        if known and not all_warm:
+        if known and not all_warm:  # an exact label's own dimension replaces its probe start (a probe finds the same)
+            starts["probe"] = [None if f.variable in known else p for f, p in zip(fits, starts["probe"], strict=True)]
             starts["known direction"] = [known[f.variable][:, None] if f.variable in known else None for f in fits]
         projector, started = fit_group(task, trained, site, fits, train, settings, gen, cache, starts, (start, steps))
         if solves["solves"]:  # a later model starts from subspaces of a model that solves the task

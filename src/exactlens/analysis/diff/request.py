@@ -75,7 +75,8 @@ class DiffRequest:
     seed: int = option(0, kind=Int(0), help="seed of the words, probe splits, pairs and fits")
     parts: tuple = option(PARTS, kind=TextList(choices=PARTS), metavar="PART,...",
                           help=f"comma-separated parts (default: all of {','.join(PARTS)})")
-    das_max_dim: int = option(3, kind=Int(1), help="largest subspace dimension DAS tries (default 3)")
+    das_max_dim: int = option(3, kind=Int(1), help="DAS tries subspace dimensions 1..N (default 3) and a variable's "
+                                     "own dimension where it needs more (classes - 1, a count vector)")
     das_steps: int = option(80, kind=Int(1), help="Adam steps per DAS fit group (default 80)")
     alignment_pairs: int = option(64, kind=Int(5), help="DAS (base, source) pairs per length (default 64)")
     untrained_baseline: bool = option(True, kind=Bool(), flag="--no-untrained-baseline", negate=True,
