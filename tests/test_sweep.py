@@ -241,3 +241,22 @@ def test_stack_splits_the_seeds_of_a_train_job_into_units():
     assert [j.id for j in split.jobs] == [j.id for j in whole.jobs]  # how seeds stack is no part of a job's id
     with pytest.raises(ExactLensError, match="line 3: stack must be"):
         parse_sweep(text.replace("[sweep]\n", "[sweep]\nstack = -1\n"), "s.toml", check=False)
+
+
+def test_a_timeline_follows_a_training_job_with_checkpoints(tmp_path):
+    """train with checkpoints, then a timeline of its checkpoints against the exact circuit: one row each, the
+    timeline's headline from its view, its checkpoints those the training kept."""
+    spec = _spec(tmp_path, f"""
+[[job]]
+verb = "train"
+name = "first"
+options = {{ {TINY.replace("epochs = 1", "epochs = 2")}, checkpoint_every = 1 }}
+then = [{{ verb = "timeline", against = "first", options = {{ lengths = "1:4", strings = 8, parts = "behaviour" }} }}]
+""")
+    out = tmp_path / "out"
+    result = el.sweep(str(spec), out=str(out), workers=1)
+    rows = {r["verb"]: r for r in _rows(out)}
+    assert result["failed"] == 0 and set(rows) == {"train", "timeline"}, result
+    timeline = json.loads((out / rows["timeline"]["dir"] / "result.json").read_text())
+    assert [c["step"] for c in timeline["checkpoints"]] == [0, 1, 2]
+    assert rows["timeline"]["headline"], rows["timeline"]
