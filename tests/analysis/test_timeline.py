@@ -47,6 +47,10 @@ def test_events_are_the_first_step_from_which_a_condition_holds() -> None:
     # a "computed" verdict whose interval's lower end is below 0.9 is not yet the event
     assert events([_row(0, 1.0, True, lower=0.85)])["variables"]["w1"] is None
     assert events([_row(0, 1.0, True), _row(5, 1.0, False)])["variables"]["w1"] is None
+    # no overlap with the exact circuit at the end dates nothing (it would "settle" at step 0)
+    none = events([_row(0, 0.5, False, 0.0), _row(10, 1.0, True, 0.0)])
+    assert none["circuit"] is None and none["circuit_final_edge_jaccard"] == 0
+    assert none["order"].endswith("the discovered circuit shares no edge with the exact one at the last checkpoint")
 
 
 def test_the_request_is_the_diffs_fields_with_the_timelines() -> None:

@@ -53,7 +53,8 @@ def events(rows: list[dict[str, Any]], long_lengths: list[int] | None = None) ->
     behaviour = settled_from(rows, _at_least("accuracy", BEHAVIOUR_AT))
     long_behaviour = settled_from(rows, _at_least("long_accuracy", BEHAVIOUR_AT))
     final = _circuit(rows[-1]) if rows else None
-    circuit = None if final is None else settled_from(rows, lambda r: _circuit(r) == final)
+    # no overlap at the end is no event (settling on 0 from step 0 would date nothing)
+    circuit = None if not final else settled_from(rows, lambda r: _circuit(r) == final)
     out = {
         "variables": variables,
         "behaviour": None if behaviour is None else behaviour["step"],
@@ -73,7 +74,7 @@ def order_sentence(found: dict[str, Any], long_lengths: list[int] | None = None)
     named: list[tuple[str, Any]] = [(f"{name} computed", v["step"] if v else None)
                                     for name, v in found["variables"].items()]
     named += [(f"accuracy {BEHAVIOUR_AT}", found["behaviour"]), (long_text, found["long_behaviour"])]
-    if found.get("circuit_final_edge_jaccard") is not None:
+    if found.get("circuit_final_edge_jaccard"):
         named.append((f"circuit overlap at its final value (edge Jaccard {found['circuit_final_edge_jaccard']:.2f})",
                       found["circuit"]))
     happened = sorted(((step, text) for text, step in named if step is not None), key=lambda e: e[0])  # stable
@@ -89,6 +90,8 @@ def order_sentence(found: dict[str, Any], long_lengths: list[int] | None = None)
         sentence = "".join(parts)
     if never:
         sentence += "; never by the last checkpoint: " + ", ".join(never)
+    if found.get("circuit_final_edge_jaccard") == 0:
+        sentence += "; the discovered circuit shares no edge with the exact one at the last checkpoint"
     return sentence
 
 
