@@ -226,9 +226,9 @@ def section_builders() -> list[SectionBuilder]:
 
 # The generic sections (exactlens.viz.sections), imported when a report is built.
 register_section("overview", lazy("exactlens.viz.sections:overview_sections"), order=0)
-register_section("your-model", lazy("exactlens.viz.model_section:model_sections"), order=5)
 register_section("constructions", lazy("exactlens.viz.sections:construction_sections"), order=10)
 register_section("circuit-discovery", lazy("exactlens.viz.circuit_sections:discovery_sections"), order=20)
+register_section("your-model", lazy("exactlens.viz.model_section:model_sections"), order=30)
 register_section("circuit-formation", lazy("exactlens.viz.formation_sections:formation_sections"), order=90)
 
 
