@@ -112,6 +112,8 @@ def formation_html(ctx: ReportContext, spec: FormationRun) -> str:
 
 def formation_sections(ctx: ReportContext) -> list[Section]:
     chosen = [spec for spec in RUNS if spec.against in ctx.names]
+    if ctx.quick:  # a smoke version: the first task kind only (each timeline adds training, a diff per checkpoint
+        chosen = chosen[:1]  # and attention views)
     if not chosen:
         return []
     ctx.record_settings(formation={"checkpoint_fractions": list(CHECKPOINT_FRACTIONS),
@@ -122,7 +124,8 @@ def formation_sections(ctx: ReportContext) -> list[Section]:
              "compared with the exact construction (<code>exactlens timeline RUN --against NAME</code>, "
              "docs/formation.md): behaviour, agreement, per variable the alignment verdict with its interval, "
              "attention, circuit overlap, and the formation events (the alignment verdicts, DAS, only where a task "
-             "has few variables, FIRST here, and not with --quick: DAS is most of a timeline's time). These runs "
+             "has few variables, FIRST here, and not with --quick: DAS is most of a timeline's time; --quick also "
+             "shows only the first task kind). These runs "
              "are far too short to show a mechanism forming reliably; they show the tool. docs/formation.md has "
              "the findings at larger settings.</p>"]
     for spec in chosen:

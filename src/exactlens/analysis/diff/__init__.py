@@ -37,11 +37,9 @@ orchestrator (:mod:`.orchestrator`) runs the steps the chosen parts need, in the
 No part imports the orchestrator. Light at import: the names below load their modules when first used.
 """
 
-import importlib
-from typing import Any
-
 from exactlens.analysis.diff.parts import PARTS, Part
 from exactlens.analysis.diff.request import DiffRequest
+from exactlens.lazy import lazy_names
 
 _WHERE = {  # loaded when first used (torch): the command line reads PARTS and DiffRequest without it
     "DEFAULT_LENGTHS": "runs", "resolve_trained": "runs", "diff": "orchestrator", "behaviour_table": "behaviour",
@@ -52,13 +50,4 @@ __all__ = ["DEFAULT_LENGTHS", "PARTS", "DiffRequest", "Part", "behaviour_table",
            "resolve_trained"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"exactlens.analysis.diff.{_WHERE[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'exactlens.analysis.diff' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

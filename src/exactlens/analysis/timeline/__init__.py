@@ -20,10 +20,8 @@ of ``das_steps``). Light at import: the names below load their modules when firs
 exactlens.viz.timeline's.
 """
 
-import importlib
-from typing import Any
-
 from exactlens.analysis.timeline.request import DEFAULT_PARTS, TimelineRequest
+from exactlens.lazy import lazy_names
 
 _WHERE = {"timeline": "build", "checkpoint_row": "build", "events": "events", "order_sentence": "events",
           "sources_of": "sources"}
@@ -32,13 +30,4 @@ __all__ = ["DEFAULT_PARTS", "TimelineRequest", "checkpoint_row", "events", "orde
            "timeline"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"exactlens.analysis.timeline.{_WHERE[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'exactlens.analysis.timeline' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)
