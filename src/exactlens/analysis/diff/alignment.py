@@ -587,8 +587,11 @@ def alignment_table(
     ``carry``: what a timeline shares between its models (empty for one diff): the variables and pairs,
     made for the first model and reused (they read only the words and the exact side), and each fit's
     subspace, where the next model's fit starts (``settings.warm_steps`` steps instead of ``settings.steps``)."""
+    carry = {} if carry is None else carry
+    if "alignment_pairs" not in carry:
+        carry["alignment_pairs"] = _prepare(runs, trained, exact, features, settings)
     with rounding_ties(trained) as tolerance:
-        table = _alignment_table(runs, trained, exact, features, settings, untrained, progress, carry)
+        table = _alignment_rows(runs, trained, exact, settings, untrained, progress, carry, carry["alignment_pairs"])
     table["settings"]["hard_tie_tolerance"] = tolerance
     return table
 
@@ -617,20 +620,9 @@ def rounding_ties(side: Side) -> Iterator[float | None]:
         cfg.hard_tie_tolerance = before
 
 
-def _alignment_table(
-    runs: list[LengthRun],
-    trained: Side,
-    exact: Side,
-    features: list[dict[str, Any]] | None,
-    settings: Settings,
-    untrained: Side | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    carry: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The ``alignment`` rows of the diff JSON and their summary (see the module docstring)."""
-    carry = {} if carry is None else carry
-    if "alignment_pairs" in carry:
-        return _alignment_rows(runs, trained, exact, settings, untrained, progress, carry, carry["alignment_pairs"])
+def _prepare(runs: list[LengthRun], trained: Side, exact: Side, features: list[dict[str, Any]] | None,
+             settings: Settings) -> tuple:
+    """The variables to align, the skipped ones, the train/validation/test pairs and the split's notes."""
     task = exact.reader.task
     if not 1 <= settings.max_dim:
         raise ExactLensError(f"max_dim must be >= 1, got {settings.max_dim}")
@@ -650,8 +642,7 @@ def _alignment_table(
         variables = []
     split_notes: dict[str, Any] = {}
     train, val, test = make_pairs(runs, variables, settings.pairs, settings.seed, split_notes)
-    carry["alignment_pairs"] = (variables, skipped, (train, val, test), split_notes)
-    return _alignment_rows(runs, trained, exact, settings, untrained, progress, carry, carry["alignment_pairs"])
+    return variables, skipped, (train, val, test), split_notes
 
 
 def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings: Settings, untrained: Side | None,
