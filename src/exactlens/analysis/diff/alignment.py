@@ -309,32 +309,58 @@ class Patcher:
         acts["input"] = cache[pre].detach() if self.start > 0 else run.tokens[index]
         return acts
 
-    def outputs(self, base: dict[str, torch.Tensor], source_site: torch.Tensor, projector: torch.Tensor,
-                mask: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    def outputs(self, base: dict[str, torch.Tensor], source_site: torch.Tensor | dict[str, torch.Tensor],
+                projector: torch.Tensor, mask: torch.Tensor, n_positions: torch.Tensor,
+                row_sites: list[str] | None = None) -> torch.Tensor:
         """Task outputs of F stacked copies of the base rows, copy f patched with projector[f]
-        ([F, d, d]) towards ``source_site`` at the positions of mask[f] ([F, pos])."""
-        repeats, rows = projector.shape[0], source_site.shape[0]
-        device = device_of(self.model)  # the patch is computed where the model runs (gradients flow back)
-        src = source_site.to(device=device, dtype=self.dtype)
+        ([F, d, d]) towards ``source_site`` at the positions of mask[f] ([F, pos]). ``row_sites``: copy
+        f is patched at row_sites[f] instead of this patcher's site, towards source_site[row_sites[f]]
+        (the input ``base["input"]`` is at this patcher's layer, the earliest of them)."""
+        repeats, device = projector.shape[0], device_of(self.model)  # the patch is computed where the model runs
         mask = mask.to(device=device, dtype=self.dtype)
         projector_here = projector.to(device)
+        sources = source_site if isinstance(source_site, dict) else {self.site: source_site}
+        sources = {k: v.to(device=device, dtype=self.dtype) for k, v in sources.items()}
+        row_sites = [self.site] * repeats if row_sites is None else row_sites
 
-        def hook(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
-            shaped = act.reshape(repeats, rows, *act.shape[1:])
-            delta = (src.unsqueeze(0) - shaped) @ projector_here.unsqueeze(1)
-            return (shaped + delta * mask[:, None, :, None]).reshape(act.shape)
+        def patch_at(site: str) -> Callable[..., torch.Tensor]:
+            rows = [f for f, s in enumerate(row_sites) if s == site]
+            src = sources[site]
+            if len(rows) == repeats:  # every copy patched here
+                def hook(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
+                    shaped = act.reshape(repeats, src.shape[0], *act.shape[1:])
+                    delta = (src.unsqueeze(0) - shaped) @ projector_here.unsqueeze(1)
+                    return (shaped + delta * mask[:, None, :, None]).reshape(act.shape)
+                return hook
+            index = torch.tensor(rows, device=device)
+            here, keep = projector_here[index].unsqueeze(1), mask[index][:, None, :, None]
 
+            def some(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
+                shaped = act.reshape(repeats, src.shape[0], *act.shape[1:])
+                delta = (src.unsqueeze(0) - shaped[index]) @ here
+                return shaped.index_add(0, index, delta * keep).reshape(act.shape)
+            return some
+
+        hooks = [(site, patch_at(site)) for site in dict.fromkeys(row_sites)]
         inputs = base["input"].repeat(repeats, *([1] * (base["input"].ndim - 1)))
         n_pos = n_positions.repeat(repeats)
-        with self.model.hooks(fwd_hooks=[(self.site, hook)]):
-            if not self.side.exact:
+        if not self.side.exact:
+            with self.model.hooks(fwd_hooks=hooks):
                 return self.side.outputs(self.model(inputs).cpu(), n_pos)
-            # The last layer at the readout position only, unless the site is inside that layer (its
-            # activations there would cover the readout row only).
-            inside_last = _layer_of(self.site) == self.side.n_layers - 1 and not self.site.endswith("resid_pre")
-            fast = self.model.cfg.readout != "per_position" and not inside_last
+        # An ExactTransformer: the hooks go on their hook points directly (TransformerLens's hooks()
+        # context resets every hook point on exit, a tenth of a fit's time). The last layer runs at the
+        # readout position only, unless a site is inside that layer (its activations there would
+        # cover the readout row only).
+        handles = [self.model.hook_dict[site].register_forward_hook(lambda module, args, out, fn=fn: fn(out))
+                   for site, fn in hooks]
+        try:
+            fast = self.model.cfg.readout != "per_position" and not any(
+                _inside_last(self.side, site) for site, _ in hooks)
             logits = self.model(inputs, n_pos, start_at_layer=self.start or None, readout_only=fast)
-            return self.model.select_readout(logits, n_pos.to(device)).double().cpu()
+        finally:
+            for handle in handles:
+                handle.remove()
+        return self.model.select_readout(logits, n_pos.to(device)).double().cpu()
 
 
 def _masks(side: Side, run: LengthRun, fits: list[Fit]) -> torch.Tensor:
@@ -363,17 +389,6 @@ class Fit:
     positions: str  # "readout" or "all"
 
 
-def _group_loss(task: tasks.Task, patcher: Patcher, pset: PairSet, fits: list[Fit], projector: torch.Tensor,
-                pick: torch.Tensor, cache: dict) -> torch.Tensor:
-    base, source = _acts(patcher, pset, cache)
-    base = {k: v[pick] for k, v in base.items()}
-    masks = _masks(patcher.side, pset.run, fits)
-    outputs = patcher.outputs(base, source[pick], projector, masks, pset.run.n_positions[pset.base[pick]])
-    targets = torch.cat([pset.cf[f.variable][pick] for f in fits])
-    n_pos = pset.run.n_positions[pset.base[pick]].repeat(len(fits))
-    return kinds.loss(task, patcher.side.reader.evidence(outputs, n_pos), targets, n_pos).sum() / len(pick)
-
-
 def _acts(patcher: Patcher, pset: PairSet, cache: dict) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     key = id(pset)
     if key not in cache:
@@ -381,45 +396,163 @@ def _acts(patcher: Patcher, pset: PairSet, cache: dict) -> tuple[dict[str, torch
     return cache[key]
 
 
-def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: list[PairSet],
-              settings: Settings, generator: torch.Generator, cache: dict | None = None,
-              starts: dict[str, list[torch.Tensor | None]] | None = None,
-              warm: tuple[list[torch.Tensor | None], int | None] | None = None) -> tuple[torch.Tensor, list[str]]:
-    """Fit one subspace per fit (all at one site, trained together); returns the projectors [F, d, d]
-    and each fit's start. Every fit starts at random; ``starts`` adds, per start kind ("probe",
-    "known direction"), per fit the directions [d, r] (or None) of one more start, fitted alongside
-    and also scored unfitted; each fit keeps the candidate with the best training IIA (:mod:`.starts`).
-    ``warm`` (a timeline): (per fit None or an orthonormal basis [d, dim], the subspace an earlier model's
-    fit found; the Adam steps, None: ``settings.steps``). Where every fit has one, it is each fit's only
-    start ("warm start") and the fit takes those steps; otherwise it is one more start where present."""
-    start, steps = warm if warm is not None else (None, None)
-    only_warm = start is not None and all(b is not None for b in start)
-    if start is not None and any(b is not None for b in start):
-        starts = {"warm start": start} if only_warm else {**(starts or {}), "warm start": start}
-    patcher = Patcher(side, site)
-    d = side.d_model
-    dtype = patcher.dtype
-    candidates: list[tuple[int, str, torch.Tensor | None]] = (
-        [] if only_warm else [(f, "random", None) for f in range(len(fits))])
-    for kind, per_fit in (starts or {}).items():
-        candidates += [(f, kind, dirs) for f, dirs in enumerate(per_fit) if dirs is not None and dirs.shape[1]]
-    cand_fits = [fits[f] for f, _, _ in candidates]
+SKIPPED = {"iia": None, "iia_changed": None, "skipped": "a smaller k of this variable reached the validation IIA "
+           "no larger k can beat by more than DIM_TOLERANCE"}
+
+
+def fit_sites(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[PairSet], select: list[PairSet],
+              settings: Settings, generator: torch.Generator, caches: dict[str, dict], staged: bool = True
+              ) -> list[tuple[torch.Tensor, list[str], list[dict[str, Any]]]]:
+    """:func:`fit_stage` by increasing k: the fits of each cell (variable, positions) with its smallest k
+    first, then the next k only for the cells whose best validation IIA so far is below 1 - DIM_TOLERANCE
+    (choose_dim would pick that smaller k whatever a larger one scored). A fit not run gets a zero
+    projector, start "skipped" and the scores SKIPPED. ``staged=False``: every k at once (a timeline,
+    whose later models start from every k's subspace)."""
+    def cell(fit: Fit) -> tuple[int, str]:
+        return fit.variable, fit.positions
+
+    rank = [[sorted({g.dim for g in job.fits if cell(g) == cell(f)}).index(f.dim) if staged else 0
+             for f in job.fits] for job in jobs]
+    out = [(torch.zeros(len(job.fits), side.d_model, side.d_model, dtype=Patcher(side, job.site).dtype),
+            ["skipped"] * len(job.fits), [dict(SKIPPED) for _ in job.fits]) for job in jobs]
+    done: list[set[tuple[int, str]]] = [set() for _ in jobs]
+    for stage in range(max((max(r, default=0) for r in rank), default=0) + 1):
+        chosen = [[n for n, f in enumerate(job.fits) if rank[j][n] == stage and cell(f) not in done[j]]
+                  for j, job in enumerate(jobs)]
+        live = [j for j in range(len(jobs)) if chosen[j]]
+        if not live:
+            break
+        sub = [_restrict(jobs[j], chosen[j]) for j in live]
+        for j, (projector, started, scores) in zip(live, fit_stage(task, side, sub, train, select, settings,
+                                                                   generator, caches), strict=True):
+            for m, n in enumerate(chosen[j]):
+                out[j][0][n], out[j][1][n], out[j][2][n] = projector[m], started[m], scores[m]
+                if (scores[m]["iia"] or 0.0) >= 1 - DIM_TOLERANCE:
+                    done[j].add(cell(jobs[j].fits[n]))
+    return out
+
+
+def _restrict(job: FitJob, keep: list[int]) -> FitJob:
+    """The job with only fits ``keep`` (their starts and warm starts with them)."""
+    starts = None if job.starts is None else {k: [v[n] for n in keep] for k, v in job.starts.items()}
+    warm = None if job.warm is None else (None if job.warm[0] is None else [job.warm[0][n] for n in keep],
+                                          job.warm[1])
+    return FitJob(job.site, [job.fits[n] for n in keep], starts, warm)
+
+
+def fit_stage(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[PairSet], select: list[PairSet],
+              settings: Settings, generator: torch.Generator, caches: dict[str, dict]
+              ) -> list[tuple[torch.Tensor, list[str], list[dict[str, Any]]]]:
+    """Fit one subspace per fit of every job (a site, its fits, their starts and warm start); per job the
+    projectors [F, d, d], each fit's start and each projector's scores on ``select`` (validation pairs:
+    they pick the start here and k in the caller). Every fit starts at random; a job's ``starts`` add,
+    per start kind ("probe", "known direction"), per fit the directions [d, r] (or None) of one more
+    start, fitted alongside and also scored unfitted (:mod:`.starts`). ``warm`` (a timeline): (per fit
+    None or an orthonormal basis [d, dim], the subspace an earlier model's fit found; the Adam steps,
+    None: ``settings.steps``); where every fit of a job has one, it is each fit's only start ("warm
+    start") and the job takes those steps; otherwise it is one more start where present.
+
+    The candidates of all jobs that take the same steps (and, on an ExactTransformer, are all inside its
+    last layer or all before it) are trained in one batch, each row patched at its own site in one
+    forward pass: on these small models a pass costs little more for more rows, and every pass has a
+    fixed cost, so one batch over the sites is several times faster than a batch per site."""
+    plans = []
+    for job in jobs:
+        start, steps = job.warm if job.warm is not None else (None, None)
+        only_warm = start is not None and all(b is not None for b in start)
+        starts = job.starts
+        if start is not None and any(b is not None for b in start):
+            starts = {"warm start": start} if only_warm else {**(starts or {}), "warm start": start}
+        candidates = [] if only_warm else [(f, "random", None) for f in range(len(job.fits))]
+        candidates += [(f, kind, dirs) for kind, per_fit in (starts or {}).items()
+                       for f, dirs in enumerate(per_fit) if dirs is not None and dirs.shape[1]]
+        plans.append((candidates, settings.steps if steps is None else steps))
+    batches: dict[tuple[int, bool], list[int]] = {}
+    for j, job in enumerate(jobs):
+        batches.setdefault((plans[j][1], _inside_last(side, job.site)), []).append(j)
+    fitted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    for (steps, _), members in batches.items():
+        fitted.update(_fit_batch(task, side, [jobs[j] for j in members], [plans[j][0] for j in members], members,
+                                 train, settings, generator, caches, steps))
+    out = []
+    for j, job in enumerate(jobs):
+        candidates = plans[j][0]
+        trained_q, initial = fitted[j]
+        started = [c for c, (_, kind, _) in enumerate(candidates) if kind != "random"]
+        pool = torch.cat([trained_q, initial[started]])
+        meta = [(f, kind) for f, kind, _ in candidates] + [(candidates[c][0], f"{candidates[c][1]}, unfitted")
+                                                           for c in started]
+        scores = score_group(task, side, job.site, [job.fits[f] for f, _ in meta], select, pool, caches[job.site])
+        best = [_best_of(f, meta, scores) for f in range(len(job.fits))]
+        out.append((pool[best], [meta[b][1] for b in best], [scores[b] for b in best]))
+    return out
+
+
+ACTIVATION_BUDGET = 1 << 30  # bytes of cached activations a group of sites may hold (per model)
+
+
+def site_groups(side: Side, sites: list[str], psets: list[PairSet]) -> list[list[str]]:
+    """Consecutive sites whose fits run in one batch (:func:`fit_sites`): as many as the activations
+    they cache (base and source words, at the site and at its layer's input, for every pair set) fit
+    in ACTIVATION_BUDGET; at least one site per group."""
+    words = sum(len(p.base) * p.run.tokens.shape[1] for p in psets)
+    per_site = 4 * words * side.d_model * torch.finfo(next(side.model.parameters()).dtype).bits // 8
+    size = max(1, ACTIVATION_BUDGET // max(per_site, 1))
+    return [sites[i:i + size] for i in range(0, len(sites), size)]
+
+
+@dataclass
+class FitJob:
+    site: str
+    fits: list[Fit]
+    starts: dict[str, list[torch.Tensor | None]] | None = None
+    warm: tuple[list[torch.Tensor | None], int | None] | None = None
+
+
+def _inside_last(side: Side, site: str) -> bool:
+    return _layer_of(site) == side.n_layers - 1 and not site.endswith("resid_pre")
+
+
+def _best_of(f: int, meta: list[tuple[int, str]], scores: list[dict[str, Any]]) -> int:
+    own = [c for c, (g, _) in enumerate(meta) if g == f]
+    return own[pick_best([scores[c] for c in own])]
+
+
+def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: list[list[tuple[int, str, Any]]],
+               ids: list[int], train: list[PairSet], settings: Settings, generator: torch.Generator,
+               caches: dict[str, dict], steps: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Adam on the candidates of several jobs (per job: fit index, start kind, start directions or None)
+    stacked along one batch, each patched at its job's site; per job id its fitted projectors and
+    their starts' projectors."""
+    patchers = [Patcher(side, job.site) for job in jobs]
+    first = min(range(len(jobs)), key=lambda j: patchers[j].start)  # the group's forward starts at its layer
+    cand_fits = [job.fits[f] for job, cands in zip(jobs, candidates, strict=True) for f, _, _ in cands]
+    rows_of = [j for j, cands in enumerate(candidates) for _ in cands]
     dims = torch.tensor([f.dim for f in cand_fits])
-    weights = start_weights([c[2] for c in candidates], dims.tolist(), d, generator, dtype)
+    weights = start_weights([c[2] for cands in candidates for c in cands], dims.tolist(), side.d_model, generator,
+                            patchers[0].dtype)
     initial = _orthonormal(weights, dims)
     weights.requires_grad_(True)
     optimizer = torch.optim.Adam([weights], lr=settings.lr)
-    cache = {} if cache is None else cache
     frozen = [p for p in side.model.parameters() if p.requires_grad]
     for p in frozen:
         p.requires_grad_(False)
     usable = [p for p in train if len(p.base)]
     try:
         with torch.enable_grad():
-            for step in range(settings.steps if steps is None else steps):
+            for step in range(steps):
                 pset = usable[step % len(usable)]
                 pick = torch.randperm(len(pset.base), generator=generator)[: settings.batch]
-                loss = _group_loss(task, patcher, pset, cand_fits, _orthonormal(weights, dims), pick, cache)
+                base = _acts(patchers[first], pset, caches[jobs[first].site])[0]
+                sources = {job.site: _acts(p, pset, caches[job.site])[1][pick]
+                           for p, job in zip(patchers, jobs, strict=True)}
+                n_pos = pset.run.n_positions[pset.base[pick]]
+                outputs = patchers[first].outputs(
+                    {"input": base["input"][pick]}, sources, _orthonormal(weights, dims),
+                    _masks(side, pset.run, cand_fits), n_pos, [jobs[j].site for j in rows_of])
+                targets = torch.cat([pset.cf[f.variable][pick] for f in cand_fits])
+                n_all = n_pos.repeat(len(cand_fits))
+                loss = kinds.loss(task, side.reader.evidence(outputs, n_all), targets, n_all).sum() / len(pick)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -428,20 +561,11 @@ def fit_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], train: l
             p.requires_grad_(True)
     with torch.no_grad():
         fitted = _orthonormal(weights.detach(), dims)
-    if all(kind == "random" for _, kind, _ in candidates):  # random starts only
-        return fitted, ["random"] * len(fits)
-    started = [c for c, (_, kind, _) in enumerate(candidates) if kind != "random"]
-    pool = torch.cat([fitted, initial[started]])
-    meta = [(f, kind) for f, kind, _ in candidates] + [(candidates[c][0], f"{candidates[c][1]}, unfitted")
-                                                       for c in started]
-    scores = score_group(task, side, site, [fits[f] for f, _ in meta], train, pool, cache)
-    chosen, names = [], []
-    for f in range(len(fits)):
-        own = [c for c, (g, _) in enumerate(meta) if g == f]
-        best = own[pick_best([scores[c] for c in own])]
-        chosen.append(best)
-        names.append(meta[best][1])
-    return pool[chosen], names
+    out, at = {}, 0
+    for j, cands in zip(ids, candidates, strict=True):
+        out[j] = (fitted[at:at + len(cands)], initial[at:at + len(cands)])
+        at += len(cands)
+    return out
 
 
 def probe_starts(side: Side, site: str, fits: list[Fit], train: list[PairSet], variables: list[HighLevel],
@@ -490,17 +614,24 @@ def variable_dims(variables: list[HighLevel], cells: list[tuple[int, str]], side
 
 @torch.no_grad()
 def score_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], psets: list[PairSet],
-                projector: torch.Tensor, cache: dict | None = None) -> list[dict[str, Any]]:
+                projector: torch.Tensor, cache: dict | None = None, rows: list[int] | None = None
+                ) -> list[dict[str, Any]]:
     """IIA of each fit's projector on pair sets, scored against the model: a unit is *changed* when
     its counterfactual answer differs from the model's own unpatched decision on the base (run in the
     same batch as a zero projector). Per fit: units, changed_units, right_changed, iia, iia_changed,
     do_nothing_iia (not patching, on the changed units), and the same against the task's answer
-    (task_changed_units, iia_changed_task, do_nothing_iia_task: what "changed" meant before)."""
+    (task_changed_units, iia_changed_task, do_nothing_iia_task: what "changed" meant before).
+    ``rows``: fit f's projector is projector[rows[f]] (default: f); fits that share one (at the same
+    positions: random subspaces scored for several variables) share its patched run."""
     patcher = Patcher(side, site)
     keys = ("right", "changed", "nothing", "task_changed")
     got: list[dict[str, list[torch.Tensor]]] = [{k: [] for k in keys} for _ in fits]
     cache = {} if cache is None else cache
-    stacked = fits + [Fit(-1, 0, "readout")]
+    rows = list(range(len(fits))) if rows is None else rows
+    at = {r: fits[f] for f, r in reversed(list(enumerate(rows)))}  # the positions each projector patches
+    if len(at) != projector.shape[0] or any(fits[f].positions != at[r].positions for f, r in enumerate(rows)):
+        raise ValueError("score_group: every projector row is used, by fits patching the same positions")
+    stacked = [at[r] for r in range(projector.shape[0])] + [Fit(-1, 0, "readout")]
     zero = torch.zeros(1, *projector.shape[1:], dtype=patcher.dtype)
     projector = torch.cat([projector.to(patcher.dtype), zero])
     for pset in psets:
@@ -514,7 +645,7 @@ def score_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], psets:
         own = decisions[-1]
         for f, fit in enumerate(fits):
             cf = pset.cf[fit.variable]
-            r, c = units(task, decisions[f], cf, own, n_pos)
+            r, c = units(task, decisions[rows[f]], cf, own, n_pos)
             nothing, _ = units(task, own, cf, own, n_pos)
             _, task_changed = units(task, own, cf, pset.base_answers[fit.variable], n_pos, base_is_decision=False)
             for k, v in zip(keys, (r, c, nothing, task_changed), strict=True):
@@ -552,6 +683,20 @@ def choose_dim(by_dim: dict[int, float | None]) -> int:
 def random_projectors(dims: list[int], d: int, generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
     weights = torch.randn(len(dims), d, max(dims), generator=generator, dtype=dtype)
     return _orthonormal(weights, torch.tensor(dims))
+
+
+def random_scores(task: tasks.Task, side: Side, site: str, fits: list[Fit], psets: list[PairSet],
+                  generator: torch.Generator, dtype: torch.dtype, cache: dict) -> list[dict[str, Any]]:
+    """The random-subspace baseline: RANDOM_DRAWS random subspaces of each fit's dimension, scored for
+    its variable (fit n's draws are scores n * RANDOM_DRAWS ...). Fits of one dimension and positions
+    share their draws: a random subspace does not depend on the variable, only the comparison does."""
+    shapes = sorted({(f.dim, f.positions) for f in fits})
+    projector = random_projectors([dim for dim, _ in shapes for _ in range(verdicts.RANDOM_DRAWS)], side.d_model,
+                                  generator, dtype)
+    draws = [f for f in fits for _ in range(verdicts.RANDOM_DRAWS)]
+    rows = [shapes.index((f.dim, f.positions)) * verdicts.RANDOM_DRAWS + j
+            for f in fits for j in range(verdicts.RANDOM_DRAWS)]
+    return score_group(task, side, site, draws, psets, projector, cache, rows)
 
 
 def bases(projector: torch.Tensor, fits: list[Fit]) -> list[torch.Tensor]:
@@ -672,97 +817,130 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
     needs = variable_dims(variables, base_cells + extra, trained, train, trained.d_model)
     dims_of = {cell: sorted(set(range(1, max_dim + 1)) | {need}) for cell, need in needs.items()}
     rows: list[dict[str, Any]] = []
-    for g, site in enumerate(bar(sites, desc="DAS sites", unit="site")):
-        component = site.endswith(COMPONENT_SITES)
-        cells = base_cells + (extra if component else [])
-        fits = [Fit(i, k, pos) for i, pos in cells for k in dims_of[(i, pos)]]
-        cache: dict = {}  # the site's activations of every pair set, shared by the fit and the scores
-        keys = [(site, variables[f.variable].origin, variables[f.variable].name, f.positions, f.dim, trained.d_model)
-                for f in fits]
-        start = [warm.get(key) for key in keys]
-        all_warm = all(b is not None for b in start)
-        steps = _fit_steps(settings, all_warm)
-        starts = {} if all_warm else {"probe": probe_starts(trained, site, fits, train, variables, cache)}
-        if known and not all_warm:  # an exact label's own dimension replaces its probe start (a probe finds the same)
-            starts["probe"] = [None if f.variable in known else p for f, p in zip(fits, starts["probe"], strict=True)]
-            starts["known direction"] = [known[f.variable][:, None] if f.variable in known else None for f in fits]
-        projector, started = fit_group(task, trained, site, fits, train, settings, gen, cache, starts, (start, steps))
-        if solves["solves"]:  # a later model starts from subspaces of a model that solves the task
-            warm.update(zip(keys, bases(projector, fits), strict=True))
-        val_scores = score_group(task, trained, site, fits, val, projector, cache)
-        chosen = []
-        for i, pos in cells:
-            index = {f.dim: j for j, f in enumerate(fits) if (f.variable, f.positions) == (i, pos)}
-            by_dim = {k: val_scores[j]["iia"] for k, j in index.items()}
-            chosen.append((choose_dim(by_dim), by_dim, index))
-        picked_index = [c[2][c[0]] for c in chosen]
-        picked = [fits[j] for j in picked_index]
-        proj = projector[picked_index]
-        test_scores = score_group(task, trained, site, picked, test, proj, cache)
-        train_scores = score_group(task, trained, site, picked, train, proj, cache)
-        draws = [f for f in picked for _ in range(verdicts.RANDOM_DRAWS)]
-        rand = random_projectors([f.dim for f in draws], trained.d_model, gen, proj.dtype)
-        rand_scores = score_group(task, trained, site, draws, test, rand, cache)
-        if untrained is not None:
-            u_cache: dict = {}
-            u_starts = {"probe": probe_starts(untrained, site, picked, train, variables, u_cache)}
-            u_proj, _ = fit_group(task, untrained, site, picked, train, settings, gen, u_cache, u_starts)
-            u_scores = score_group(task, untrained, site, picked, test, u_proj, u_cache)
-        site_rows = []
-        for n, ((i, pos), (dim, by_dim, index)) in enumerate(zip(cells, chosen, strict=True)):
-            v = variables[i]
-            scores = test_scores[n]
-            random_draws = [r["iia_changed"] for r in rand_scores[n * verdicts.RANDOM_DRAWS:
-                                                                   (n + 1) * verdicts.RANDOM_DRAWS]]
-            training = train_scores[n]["iia_changed"]
-            row = {
-                "variable": v.name,
-                "origin": v.origin,
-                "site": site,
-                "position": pos,
-                "dim": dim,
-                "pairs": sum(len(p.base) for p in test),
-                "units": scores["units"],
-                "changed": scores["changed_units"] / scores["units"] if scores["units"] else None,
-                "iia": scores["iia"],
-                "iia_changed": scores["iia_changed"],
-                "changed_pairs": scores["changed_units"],
-                "iia_ci": verdicts.wilson(scores["right_changed"], scores["changed_units"]),
-                "do_nothing_iia": scores["do_nothing_iia"],
-                "lift": None if scores["iia_changed"] is None else scores["iia_changed"] - scores["do_nothing_iia"],
-                "iia_changed_task": scores["iia_changed_task"],
-                "do_nothing_iia_task": scores["do_nothing_iia_task"],
-                "task_changed_pairs": scores["task_changed_units"],
-                "random_iia_changed": verdicts.mean(random_draws),
-                "random_iia_p95": verdicts.p95(random_draws),
-                "random_draws": len(random_draws),
-                "untrained_iia_changed": u_scores[n]["iia_changed"] if untrained is not None else None,
-                "training_iia_changed": training,
-                "converged": None if training is None else training >= verdicts.CONVERGED_IIA,
-                "validation_iia": val_scores[index[dim]]["iia"],
-                "validation_iia_changed": val_scores[index[dim]]["iia_changed"],
-                "validation_iia_by_dim": {str(k): val for k, val in by_dim.items()},
-                "init": started[index[dim]],  # the start the fit kept (random, probe, known direction[, unfitted])
-                "variable_dim": needs[(i, pos)],
-            }
-            if settings.warm_steps is not None:  # a timeline's fit: how many Adam steps it took
-                row["fit_steps"] = settings.steps if steps is None else steps
-            # the localization test of an answer-determined variable: every position of a component output
-            row["source_determined"] = determined[i]
-            row["test"] = "localization" if determined[i] >= DETERMINED and component and pos == "all" \
-                and localizable(v) else "interchange"
-            site_rows.append(row)
-        check_illusions(task, trained, site, picked, proj, site_rows, train, test, cache)
-        for row, (i, _) in zip(site_rows, cells, strict=True):
-            row["verdict"] = verdicts.row_verdict(row, determined[i] if row["test"] == "interchange" else 0.0,
-                                                  solves["solves"], DETERMINED)
-        rows += site_rows
-        if progress is not None:
-            progress(g + 1, len(sites))
+    finished = 0
+    site_bar = bar(total=len(sites), desc="DAS sites", unit="site")
+    for group in site_groups(trained, sites, train + val + test):
+        caches: dict[str, dict] = {site: {} for site in group}  # per site: its activations of every pair set
+        plans, jobs = {}, []
+        for site in group:
+            cells = base_cells + (extra if site.endswith(COMPONENT_SITES) else [])
+            fits = [Fit(i, k, pos) for i, pos in cells for k in dims_of[(i, pos)]]
+            keys = [(site, variables[f.variable].origin, variables[f.variable].name, f.positions, f.dim,
+                     trained.d_model) for f in fits]
+            start = [warm.get(key) for key in keys]
+            all_warm = all(b is not None for b in start)
+            steps = _fit_steps(settings, all_warm)
+            starts = {} if all_warm else {"probe": probe_starts(trained, site, fits, train, variables, caches[site])}
+            if known and not all_warm:  # an exact label's own dimension replaces its probe start (a probe finds it)
+                starts["probe"] = [None if f.variable in known else p
+                                   for f, p in zip(fits, starts["probe"], strict=True)]
+                starts["known direction"] = [known[f.variable][:, None] if f.variable in known else None
+                                             for f in fits]
+            plans[site] = {"cells": cells, "fits": fits, "keys": keys, "steps": steps}
+            jobs.append(FitJob(site, fits, starts, (start, steps)))
+        fitted = fit_sites(task, trained, jobs, train, val, settings, gen, caches, staged=settings.warm_steps is None)
+        for job, (projector, started, val_scores) in zip(jobs, fitted, strict=True):
+            plan, site, cache = plans[job.site], job.site, caches[job.site]
+            if solves["solves"]:  # a later model starts from subspaces of a model that solves the task
+                warm.update((key, basis) for key, basis, how in zip(plan["keys"], bases(projector, job.fits), started,
+                                                                     strict=True) if how != "skipped")
+            chosen = []
+            for i, pos in plan["cells"]:
+                index = {f.dim: j for j, f in enumerate(job.fits) if (f.variable, f.positions) == (i, pos)}
+                index = {k: j for k, j in index.items() if "skipped" not in val_scores[j]}
+                by_dim = {k: val_scores[j]["iia"] for k, j in index.items()}
+                chosen.append((choose_dim(by_dim), by_dim, index))
+            picked_index = [c[2][c[0]] for c in chosen]
+            picked = [job.fits[j] for j in picked_index]
+            proj = projector[picked_index]
+            plan.update(chosen=chosen, picked=picked, proj=proj, started=started, val_scores=val_scores,
+                        test_scores=score_group(task, trained, site, picked, test, proj, cache),
+                        train_scores=score_group(task, trained, site, picked, train, proj, cache),
+                        rand_scores=random_scores(task, trained, site, picked, test, gen, proj.dtype, cache))
+        if untrained is not None:  # the same fit on the untrained copy, at each row's dimension
+            u_caches: dict[str, dict] = {site: {} for site in group}
+            u_jobs = [FitJob(site, plans[site]["picked"], {"probe": probe_starts(
+                untrained, site, plans[site]["picked"], train, variables, u_caches[site])}) for site in group]
+            for job, (u_proj, _, _) in zip(u_jobs, fit_sites(task, untrained, u_jobs, train, val, settings, gen,
+                                                              u_caches), strict=True):
+                plans[job.site]["u_scores"] = score_group(task, untrained, job.site, job.fits, test, u_proj,
+                                                          u_caches[job.site])
+        for site in group:
+            common = {"variables": variables, "determined": determined, "needs": needs, "settings": settings,
+                      "solves": solves}
+            rows += _site_rows(task, trained, site, plans[site], common, train, test, caches[site])
+            finished += 1
+            site_bar.update(1)
+            if progress is not None:
+                progress(finished, len(sites))
+    site_bar.close()
     readout = "CLS" if task.use_cls and exact.readout_position == 0 and not per_position else "readout"
     return {"rows": rows, "skipped": skipped, "sites": sites, "variables": _describe(variables, determined),
             "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
             "verdicts": verdicts.variable_verdicts(rows, sites, readout), **summarize(rows, variables, sites)}
+
+
+def _site_rows(task: tasks.Task, trained: Side, site: str, plan: dict[str, Any], common: dict[str, Any],
+               train: list[PairSet], test: list[PairSet], cache: dict) -> list[dict[str, Any]]:
+    """One site's rows from its fits' scores (``plan``: the cells, the chosen k, the picked fits and
+    their projectors, and their validation, test, training, random and untrained scores; ``common``:
+    the variables, their source_determined shares and dimensions, the settings, and whether the model
+    solves the task)."""
+    variables, determined, needs = common["variables"], common["determined"], common["needs"]
+    settings, solves = common["settings"], common["solves"]
+    with_untrained = "u_scores" in plan
+    component = site.endswith(COMPONENT_SITES)
+    steps, started, val_scores = plan["steps"], plan["started"], plan["val_scores"]
+    test_scores, train_scores, rand_scores = plan["test_scores"], plan["train_scores"], plan["rand_scores"]
+    site_rows = []
+    for n, ((i, pos), (dim, by_dim, index)) in enumerate(zip(plan["cells"], plan["chosen"], strict=True)):
+        v = variables[i]
+        scores = test_scores[n]
+        random_draws = [r["iia_changed"] for r in rand_scores[n * verdicts.RANDOM_DRAWS:
+                                                               (n + 1) * verdicts.RANDOM_DRAWS]]
+        training = train_scores[n]["iia_changed"]
+        row = {
+            "variable": v.name,
+            "origin": v.origin,
+            "site": site,
+            "position": pos,
+            "dim": dim,
+            "pairs": sum(len(p.base) for p in test),
+            "units": scores["units"],
+            "changed": scores["changed_units"] / scores["units"] if scores["units"] else None,
+            "iia": scores["iia"],
+            "iia_changed": scores["iia_changed"],
+            "changed_pairs": scores["changed_units"],
+            "iia_ci": verdicts.wilson(scores["right_changed"], scores["changed_units"]),
+            "do_nothing_iia": scores["do_nothing_iia"],
+            "lift": None if scores["iia_changed"] is None else scores["iia_changed"] - scores["do_nothing_iia"],
+            "iia_changed_task": scores["iia_changed_task"],
+            "do_nothing_iia_task": scores["do_nothing_iia_task"],
+            "task_changed_pairs": scores["task_changed_units"],
+            "random_iia_changed": verdicts.mean(random_draws),
+            "random_iia_p95": verdicts.p95(random_draws),
+            "random_draws": len(random_draws),
+            "untrained_iia_changed": plan["u_scores"][n]["iia_changed"] if with_untrained else None,
+            "training_iia_changed": training,
+            "converged": None if training is None else training >= verdicts.CONVERGED_IIA,
+            "validation_iia": val_scores[index[dim]]["iia"],
+            "validation_iia_changed": val_scores[index[dim]]["iia_changed"],
+            "validation_iia_by_dim": {str(k): val for k, val in by_dim.items()},
+            "init": started[index[dim]],  # the start the fit kept (random, probe, known direction[, unfitted])
+            "variable_dim": needs[(i, pos)],
+        }
+        if settings.warm_steps is not None:  # a timeline's fit: how many Adam steps it took
+            row["fit_steps"] = settings.steps if steps is None else steps
+        # the localization test of an answer-determined variable: every position of a component output
+        row["source_determined"] = determined[i]
+        row["test"] = "localization" if determined[i] >= DETERMINED and component and pos == "all" \
+            and localizable(v) else "interchange"
+        site_rows.append(row)
+    check_illusions(task, trained, site, plan["picked"], plan["proj"], site_rows, train, test, cache)
+    for row, (i, _) in zip(site_rows, plan["cells"], strict=True):
+        row["verdict"] = verdicts.row_verdict(row, determined[i] if row["test"] == "interchange" else 0.0,
+                                              solves["solves"], DETERMINED)
+    return site_rows
 
 
 def _unsolved(variables: list[HighLevel], skipped: list[dict[str, Any]], settings: Settings, trained: Side,

@@ -5,8 +5,9 @@ constructions against themselves): on hard attention no gradient reaches the key
 (induction-recent's "previous symbol" is read only by layer 2's unique-hard keys), a fit that starts
 on a direction that is dead at the site stays there (FIRST's AND label started from its own
 dimension at a site that does not write it), and a minimum over two outputs (Dyck) is slow to find.
-So every fit runs from several starts at once (stacked like the fits themselves), and each fit keeps
-the start that does best on its *training* pairs (validation still picks k, test pairs still report):
+So every fit runs from several starts at once (stacked like the fits themselves: one pass costs
+little more for more rows, while every pass has a fixed cost), and each fit keeps the start that does
+best on the *validation* pairs, which also pick k (test pairs, used for neither choice, report):
 
 * ``"random"``: a random orthonormal basis (what DAS does alone);
 * ``"probe"``: the directions of a ridge probe of the variable's value on the site's activations at
@@ -94,7 +95,7 @@ def start_weights(directions: list[torch.Tensor | None], dims: list[int], d: int
 
 
 def pick_best(scores: list[dict[str, Any]]) -> int:
-    """Index of the best candidate by training IIA on changed units, then on all units (first wins ties)."""
+    """Index of the best candidate by IIA on changed units, then on all units (first wins ties)."""
     def key(item: tuple[int, dict[str, Any]]) -> tuple:
         n, score = item
         changed = score.get("iia_changed")
