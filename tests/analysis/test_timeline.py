@@ -177,6 +177,22 @@ def test_state_dicts_fill_a_template() -> None:
     assert data["events"]["behaviour"] == 5
 
 
+def test_the_circuit_overlap_of_the_construction_itself_is_one_with_or_without_post_ln() -> None:
+    """A mapping check: FIRST's construction and its post-LN twin (first-ln: the same circuit, each component
+    followed by a norm) both have the exact circuit. The post-LN model's every edge passes through a norm that
+    the construction lacks, so compared edge by edge they share nothing (``edge_jaccard_direct`` 0); between
+    components (norm chains joined) they are the same circuit: the timeline's edge Jaccard is 1 for both."""
+    models = [build("first", dtype="float64"), build("first-ln", dtype="float64", eps=1e-5)]
+    rows = timeline(models, "first", steps=[0, 1], lengths=[3, 4], strings=8, parts=("circuit",))["checkpoints"]
+    for row in rows:
+        overlap = row["circuit_overlap"]
+        assert overlap["edge_comparison"] == "between components"
+        assert overlap["edge_jaccard"] == 1.0 and overlap["node_jaccard"] == 1.0, overlap
+        assert overlap["shared_edges"] == ["L0.MLP->L1.H0", "L1.H0->output", "embed->L0.MLP"]
+        assert overlap["exact_only"] == [] and overlap["found_only"] == []
+    assert [r["circuit_overlap"]["edge_jaccard_direct"] for r in rows] == [1.0, 0.0]
+
+
 @pytest.mark.slow
 def test_an_untrained_then_exact_run_forms_the_circuit_and_warm_starts_agree_with_cold_fits() -> None:
     """Step 0 untrained, steps 100 and 200 the exact construction: the first symbol is not computed at step
