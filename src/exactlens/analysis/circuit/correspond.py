@@ -107,6 +107,7 @@ def _component_overlap(t_graph: ModelGraph, found: Discovery, truth: Circuit,
         "truth_with_counterpart": len(positive & reachable),
         "shared_edges": sorted(e.name for e in selected & positive),
         "exact_only": sorted(e.name for e in positive - selected),
+        "found_only": sorted(e.name if isinstance(e, Edge) else f"trained:{e[1].name}" for e in selected - positive),
     })
     return result
 

@@ -8,8 +8,9 @@ models) and returns a JSON-ready dict:
 * ``checkpoints``: one row per checkpoint: ``step``, ``epoch``, ``accuracy`` and ``agreement`` (with the exact
   model) on the compared lengths, ``long_accuracy`` on longer lengths, ``probes`` ({label: {r2, site}}),
   ``verdicts`` (the diff's ``summary.verdicts``), ``alignment`` (each DAS row in short), ``attention``
-  (``tv_distance`` per matched head, ``cls_to_first``), ``circuit_overlap`` (edge and node Jaccard, edge
-  AUROC), ``seconds``; a field that is null has its reason in ``reasons``.
+  (``tv_distance`` per matched head, ``cls_to_first``), ``circuit_overlap`` (edge Jaccard and AUROC between
+  components, so that a post-LN model's norm chains meet a norm-free construction's edges; node Jaccard),
+  ``seconds``; a field that is null has its reason in ``reasons``.
 * ``events`` (:mod:`.events`): per variable the first step from which it is computed and stays so, the
   steps where accuracy reaches 0.99 on the compared and on the long lengths, the step where the circuit
   overlap reaches its final value, and their ``order`` in one sentence.

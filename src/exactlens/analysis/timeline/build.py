@@ -255,7 +255,12 @@ def _circuit(sections: dict[str, Any], reasons: dict[str, str], absent: Callable
     if not c["available"]:
         reasons["circuit_overlap"] = c["reason"]
         return None
-    return {"edge_jaccard": c["edges"]["jaccard"], "node_jaccard": c["nodes"]["jaccard"],
-            "edge_auroc": c["edges"]["auroc"], "edges_shared": c["edges"]["shared"], "edges_exact": c["edges"]["truth"],
-            "edges_found": c["edges"]["found"]}
+    # between components: a post-LN model's every edge passes through a norm, which a norm-free construction
+    # lacks, so its direct edges have no counterpart at all; without norms on either side the two are equal
+    joined = c["edges"]["between_components"]
+    return {"edge_jaccard": joined["jaccard"], "node_jaccard": c["nodes"]["jaccard"],
+            "edge_auroc": joined["auroc"], "edges_shared": joined["shared"], "edges_exact": joined["truth"],
+            "edges_found": joined["found"], "edge_comparison": "between components",
+            "shared_edges": joined["shared_edges"], "exact_only": joined["exact_only"],
+            "found_only": joined.get("found_only", []), "edge_jaccard_direct": c["edges"]["jaccard"]}
 
