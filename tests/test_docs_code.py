@@ -1,7 +1,7 @@
 """Every code block in README.md and docs/*.md runs (at small settings where it says so).
 
-One fresh process (this interpreter; started once, since torch and TransformerLens take seconds
-to import) runs every page in turn; each page's blocks run in order in the page's own temporary
+A fresh process (this interpreter; started once per half of the pages, since torch and TransformerLens
+take seconds to import) runs its pages in turn; each page's blocks run in order in the page's own temporary
 directory, which holds src/, benchmarks/ and examples/ (copies of the checkout's, so
 ``PYTHONPATH=src python benchmarks/x.py`` works and whatever a block writes, even into src/,
 lands in the temporary directory, never in the checkout). A block may use what an earlier block
@@ -365,9 +365,12 @@ if pytest is not None:
         problems = [f"{b.where}: {p}" for b in blocks_of(page) for p in b.problems]
         assert not problems, "\n".join(problems)
 
-    def test_every_page_code_runs(tmp_path):
-        """One process runs every page's blocks (one interpreter start); each failing block is named."""
-        results = run_pages(PAGES, include_slow=False, tmp=tmp_path)
+    SHARES = 2  # the pages in two processes, so that pytest-xdist's two workers can share them (~2 x 2 min)
+
+    @pytest.mark.parametrize("share", range(SHARES), ids=lambda k: f"pages-{k + 1}-of-{SHARES}")
+    def test_every_page_code_runs(share, tmp_path):
+        """One process runs every other page's blocks (one interpreter start); each failing block is named."""
+        results = run_pages(PAGES[share::SHARES], include_slow=False, tmp=tmp_path)
         failures = [r["failure"] for r in results.values() if r["failure"]]
         assert not failures, f"{len(failures)} page(s) with a failing block:\n\n" + "\n\n".join(failures)
 
