@@ -45,7 +45,7 @@ setup-browser:
 	echo "could not install chromium-headless-shell: browser tests will skip (or fail in CI)" >&2
 
 test-main: setup setup-browser
-	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS) -n 2 -m "not slow"
+	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS) -n 2 --dist loadgroup -m "not slow"
 
 test-tl39: setup-tl39
 	$(VENV_TL39)/bin/python -m pytest $(PYTEST_FLAGS) -m "export or tl39" tests/model/test_export.py tests/model/test_tl_habits.py tests/interop/test_foreign.py

@@ -1,7 +1,7 @@
 """Every code block in README.md and docs/*.md runs (at small settings where it says so).
 
-One fresh process (this interpreter; started once, since torch and TransformerLens take seconds
-to import) runs every page in turn; each page's blocks run in order in the page's own temporary
+A fresh process (this interpreter; started once per half of the pages, since torch and TransformerLens
+take seconds to import) runs its pages in turn; each page's blocks run in order in the page's own temporary
 directory, which holds src/, benchmarks/ and examples/ (copies of the checkout's, so
 ``PYTHONPATH=src python benchmarks/x.py`` works and whatever a block writes, even into src/,
 lands in the temporary directory, never in the checkout). A block may use what an earlier block
@@ -23,6 +23,8 @@ never sees it, the test shows each one:
     <!-- test: env EXACTLENS_NOTEBOOK_QUICK=1 -->         extra environment variables for the block
     <!-- test: skip installs into the environment (tests/test_plugins.py runs these commands) -->
     <!-- test: slow about 3 minutes -->                   runs only with -m slow (make test-slow)
+    <!-- test: covered-by README.md -->                   not run here: every command of it (as run, with its
+                                                           replaces) is one of a block that runs on that page
 
 A skip or slow needs its reason; every skip is reported by pytest (``-ra``: SKIPPED with page,
 line and reason). ``python tests/test_docs_code.py [--slow] [PAGE ...]`` runs pages by hand and
@@ -69,6 +71,7 @@ class Block:
     env: dict[str, str] = field(default_factory=dict)
     skip: str | None = None  # the reason
     slow: str | None = None  # the reason
+    covered_by: str | None = None  # the page whose runnable blocks run every command of this one
     problems: list[str] = field(default_factory=list)  # bad directives
 
     @property
@@ -90,6 +93,10 @@ def _directive(block: Block, body: str) -> None:
         if not rest:
             block.problems.append(f"'{verb}' needs a reason: <!-- test: {verb} WHY -->")
         setattr(block, verb, rest or "(no reason given)")
+    elif verb == "covered-by":
+        if not (ROOT / rest).is_file():
+            block.problems.append(f"covered-by names a page of the repository (e.g. README.md); got {rest!r}")
+        block.covered_by = rest or "(no page given)"
     elif verb == "replace":
         try:
             parts = shlex.split(rest)
@@ -109,7 +116,7 @@ def _directive(block: Block, body: str) -> None:
             else:
                 block.env[key] = value
     else:
-        block.problems.append(f"unknown test directive {verb!r} (skip, slow, replace, env)")
+        block.problems.append(f"unknown test directive {verb!r} (skip, slow, replace, env, covered-by)")
 
 
 def blocks_of(page: Path) -> list[Block]:
@@ -268,7 +275,22 @@ def _page_id(page: Path) -> str:
 
 
 def runnable(page: Path, include_slow: bool) -> list[Block]:
-    return [b for b in blocks_of(page) if b.lang in RUN and b.skip is None and (include_slow or b.slow is None)]
+    return [b for b in blocks_of(page) if b.lang in RUN and b.skip is None and b.covered_by is None
+            and (include_slow or b.slow is None)]
+
+
+def _commands(block: Block) -> list[str]:
+    """The block's commands as run: bash logical lines, or python lines (comments and blank lines aside)."""
+    if RUN.get(block.lang) == "bash":
+        return [line.split(" #")[0].strip() for _, line in _logical_lines(block.runnable_code)]
+    return [line.split("  #")[0].rstrip() for line in block.runnable_code.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def uncovered(block: Block, page: Path) -> list[str]:
+    """The commands of ``block`` that no runnable block of ``page`` (its language, slow ones excluded) runs."""
+    ran = {c for b in runnable(page, include_slow=False) if RUN[b.lang] == RUN[block.lang] for c in _commands(b)}
+    return [c for c in _commands(block) if c not in ran]
 
 
 def _message(block: Block, what: str, detail: str) -> str:
@@ -343,11 +365,23 @@ if pytest is not None:
         problems = [f"{b.where}: {p}" for b in blocks_of(page) for p in b.problems]
         assert not problems, "\n".join(problems)
 
-    def test_every_page_code_runs(tmp_path):
-        """One process runs every page's blocks (one interpreter start); each failing block is named."""
-        results = run_pages(PAGES, include_slow=False, tmp=tmp_path)
+    SHARES = 2  # the pages in two processes, so that pytest-xdist's two workers can share them (~2 x 2 min)
+
+    @pytest.mark.parametrize("share", range(SHARES), ids=lambda k: f"pages-{k + 1}-of-{SHARES}")
+    def test_every_page_code_runs(share, tmp_path):
+        """One process runs every other page's blocks (one interpreter start); each failing block is named."""
+        results = run_pages(PAGES[share::SHARES], include_slow=False, tmp=tmp_path)
         failures = [r["failure"] for r in results.values() if r["failure"]]
         assert not failures, f"{len(failures)} page(s) with a failing block:\n\n" + "\n\n".join(failures)
+
+    COVERED = [b for b in ALL_BLOCKS if b.covered_by is not None and b.lang in RUN]
+
+    @pytest.mark.parametrize("block", COVERED, ids=lambda b: b.where)
+    def test_a_covered_block_runs_on_its_page(block):
+        """A block left out as a duplicate: each of its commands, as it would run, runs on the page named."""
+        missing = uncovered(block, ROOT / block.covered_by)
+        assert not missing, (f"{block.where} is covered-by {block.covered_by}, which does not run: {missing}; "
+                             "give this block the same replaces, or remove the directive")
 
     SLOW_PAGES = [p for p in PAGES if any(b.slow is not None and b.skip is None for b in blocks_of(p))]
 
@@ -416,6 +450,12 @@ a picture
         assert failure.startswith("sample.md:19: the ```python block starting at line 19 fails (python)"), failure
         assert 'File "sample.md", line 22' in failure and "NameError" in failure, failure
         assert "--- the block ---\nassert total == 1" in failure
+        other = tmp_path / "other.md"  # covered-by: a block whose commands another page runs, and one it does not
+        other.write_text("<!-- test: replace 'b 1' 'b 2' -->\n```bash\nexactlens a  # x\nexactlens b 1\n```\n")
+        block = Block("cov.md", 1, "bash", "exactlens a\nexactlens b 2\n", covered_by="other.md")
+        assert uncovered(block, other) == []
+        block = Block("cov.md", 1, "bash", "exactlens a\nexactlens b 1\n", covered_by="other.md")
+        assert uncovered(block, other) == ["exactlens b 1"], "as run, the other page's line is 'exactlens b 2'"
 
     SKIPPED = [b for b in ALL_BLOCKS if b.skip is not None or b.slow is not None]
 

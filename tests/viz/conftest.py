@@ -1,7 +1,9 @@
 """One quick report per test run, shared by the report and browser tests.
 
 Under pytest-xdist each worker is its own process: the first to get the lock builds the
-report in the run's shared temporary folder, the others wait and reuse it."""
+report in the run's shared temporary folder, the others wait and reuse it. So that no worker waits
+idle for the build (minutes), every test of the report is put in one xdist group: `make test` runs
+with ``--dist loadgroup``, which gives the whole group to one worker while the other runs the rest."""
 
 from __future__ import annotations
 
@@ -12,6 +14,14 @@ from filelock import FileLock
 from samples import construction_sample
 
 from exactlens.viz.page import build_report
+
+QUICK_REPORT_GROUP = "quick-report"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "quick_report" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(QUICK_REPORT_GROUP))
 
 
 @pytest.fixture(scope="session")

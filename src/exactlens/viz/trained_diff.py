@@ -32,6 +32,7 @@ class TrainedDiff:
     strings: int = 32
     quick_strings: int = 12
     das_steps: int = 60
+    quick_das_steps: int = 20  # --quick: the formation timelines' DAS steps
     note: str = ""
 
 
@@ -53,7 +54,8 @@ def trained_diff_section(ctx: ReportContext, spec: TrainedDiff) -> Section:
         trained_s = time.perf_counter() - start
         strings = spec.quick_strings if ctx.quick else spec.strings
         result = diff(run.model, spec.against, params=spec.params or None, lengths=list(spec.lengths),
-                      strings=strings, das_steps=spec.das_steps, alignment_pairs=strings)
+                      strings=strings, das_steps=spec.quick_das_steps if ctx.quick else spec.das_steps,
+                      alignment_pairs=strings)
         data = ctx.write_json(f"{spec.anchor}.json", result)
         views = attention_views(result, run.model, ctx.out_dir / "attention" / spec.anchor,
                                 bundle_dir=ctx.bundle_dir)

@@ -65,38 +65,49 @@ def _standardize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
 
 def fit_ridge(x: np.ndarray, y: np.ndarray, alphas: tuple[float, ...] = ALPHAS) -> LinearMap:
     """Ridge regression of y [N, k] (or [N]) on x [N, d], the strength chosen by GCV (summed over outputs)."""
-    y2 = y.reshape(len(y), -1)
-    xs, x_mean, x_scale = _standardize(x)
-    y_mean = y2.mean(0)
-    yc = y2 - y_mean
-    n = xs.shape[0]
-    s, vt, uty = _thin_svd(xs, yc)
-    resid_outside = float((yc**2).sum() - (uty**2).sum())  # part of y outside the column space of xs
-    best = None
-    for rel in alphas:
-        a = rel * n
-        shrink = s**2 / (s**2 + a)  # eigenvalues of the hat matrix
-        rss = float((((1 - shrink)[:, None] * uty) ** 2).sum()) + max(resid_outside, 0.0)
-        dof = n - float(shrink.sum())
-        gcv = n * rss / max(dof, 1e-12) ** 2
-        if best is None or gcv < best[0]:
-            best = (gcv, rel)
-    rel = best[1]
-    coef_std = vt.T @ ((s / (s**2 + rel * n))[:, None] * uty)  # [d, k]
-    weight = coef_std / x_scale
-    bias = y_mean - x_mean @ weight
-    return LinearMap(weight, bias, rel)
+    return RidgeDesign.of(x).fit(y, alphas)
 
 
-def _thin_svd(x: np.ndarray, y: np.ndarray, rel_tol: float = 1e-12) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Singular values s, right vectors vt and U^T y of x [N, d] from the d x d Gram matrix (N >> d:
-    O(N d^2) instead of an N x d SVD); directions with s^2 below rel_tol * max s^2 are dropped."""
-    evals, evecs = np.linalg.eigh(x.T @ x)
-    keep = evals > rel_tol * max(float(evals.max(initial=0.0)), 1e-300)
-    s = np.sqrt(evals[keep])
-    vt = evecs[:, keep].T
-    uty = (vt @ (x.T @ y)) / s[:, None]
-    return s, vt, uty
+@dataclass
+class RidgeDesign:
+    """The inputs x [N, d] of ridge regressions, standardized and decomposed once: every target fitted on
+    the same x (the features probed at one site) reuses its d x d eigendecomposition."""
+
+    xs: np.ndarray  # x centred and scaled (:func:`_standardize`)
+    x_mean: np.ndarray
+    x_scale: float
+    s: np.ndarray  # singular values of xs (directions with s^2 below rel_tol * max s^2 dropped)
+    vt: np.ndarray  # the matching right singular vectors, as rows
+
+    @classmethod
+    def of(cls, x: np.ndarray, rel_tol: float = 1e-12) -> RidgeDesign:
+        """From the d x d Gram matrix (N >> d: O(N d^2) instead of an N x d SVD)."""
+        xs, x_mean, x_scale = _standardize(x)
+        evals, evecs = np.linalg.eigh(xs.T @ xs)
+        keep = evals > rel_tol * max(float(evals.max(initial=0.0)), 1e-300)
+        return cls(xs, x_mean, x_scale, np.sqrt(evals[keep]), evecs[:, keep].T)
+
+    def fit(self, y: np.ndarray, alphas: tuple[float, ...] = ALPHAS) -> LinearMap:
+        y2 = y.reshape(len(y), -1)
+        y_mean = y2.mean(0)
+        yc = y2 - y_mean
+        n, s, vt = self.xs.shape[0], self.s, self.vt
+        uty = (vt @ (self.xs.T @ yc)) / s[:, None]  # U^T y
+        resid_outside = float((yc**2).sum() - (uty**2).sum())  # part of y outside the column space of xs
+        best = None
+        for rel in alphas:
+            a = rel * n
+            shrink = s**2 / (s**2 + a)  # eigenvalues of the hat matrix
+            rss = float((((1 - shrink)[:, None] * uty) ** 2).sum()) + max(resid_outside, 0.0)
+            dof = n - float(shrink.sum())
+            gcv = n * rss / max(dof, 1e-12) ** 2
+            if best is None or gcv < best[0]:
+                best = (gcv, rel)
+        rel = best[1]
+        coef_std = vt.T @ ((s / (s**2 + rel * n))[:, None] * uty)  # [d, k]
+        weight = coef_std / self.x_scale
+        bias = y_mean - self.x_mean @ weight
+        return LinearMap(weight, bias, rel)
 
 
 def r2_score(y_true: np.ndarray, y_pred: np.ndarray) -> float:
@@ -125,12 +136,19 @@ class ProbeResult:
     map: LinearMap  # refit on every row, for interventions and alignment
 
 
-def probe(x: np.ndarray, y: np.ndarray, test_rows: np.ndarray) -> ProbeResult:
-    """Held-out R^2 of a ridge probe y ~ x; ``test_rows`` [N] bool. Constant targets get r2=None."""
-    full = fit_ridge(x, y)
+def probe(x: np.ndarray, y: np.ndarray, test_rows: np.ndarray,
+          designs: dict[str, RidgeDesign] | None = None) -> ProbeResult:
+    """Held-out R^2 of a ridge probe y ~ x; ``test_rows`` [N] bool. Constant targets get r2=None.
+    ``designs``: a cache for probes of other targets on the same x and split ("all" and "train" rows)."""
+    designs = {} if designs is None else designs
+    if "all" not in designs:
+        designs["all"] = RidgeDesign.of(x)
+    full = designs["all"].fit(y)
     if is_constant(y[~test_rows]) or is_constant(y[test_rows]):
         return ProbeResult(None, full)
-    fitted = fit_ridge(x[~test_rows], y[~test_rows])
+    if "train" not in designs:
+        designs["train"] = RidgeDesign.of(x[~test_rows])
+    fitted = designs["train"].fit(y[~test_rows])
     pred = fitted(x[test_rows]).reshape(-1)
     return ProbeResult(r2_score(y[test_rows], pred), full)
 
@@ -208,6 +226,7 @@ def probe_table(
     for acts in (*exact_pooled.values(), *trained_pooled.values()):
         finite &= np.isfinite(acts).all(1)
     features, maps = [], {}
+    designs: dict[tuple[str, str], dict[str, RidgeDesign]] = {}  # (site, positions): the same x for every label
     for i, label in enumerate(labels):
         mask = (rows.is_readout if scopes[i] == "readout" else np.ones(len(rows.sequence), dtype=bool)) & finite
         y = final[mask, i]
@@ -222,7 +241,8 @@ def probe_table(
             "r2": {},
         }
         for site in trained.sites:
-            result = probe(trained_pooled[site][mask], y, test_rows[mask])
+            result = probe(trained_pooled[site][mask], y, test_rows[mask],
+                           designs.setdefault((site, scopes[i]), {}))
             entry["r2"][site] = result.r2
             maps[(label, site)] = result.map
         entry["best_site"], entry["best_r2"] = earliest_best(entry["r2"], trained.sites)

@@ -122,8 +122,8 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
     return [Section("Chiang & Cholak figures", "chiang-cholak-figures", "\n".join(parts))]
 
 
-DIFF_FULL: dict[str, Any] = {"epochs": 100, "lengths": (1, 2, 4, 8, 16, 32), "strings": 32}
-DIFF_QUICK: dict[str, Any] = {"epochs": 10, "lengths": (1, 2, 4, 8), "strings": 16}
+DIFF_FULL: dict[str, Any] = {"epochs": 100, "lengths": (1, 2, 4, 8, 16, 32), "strings": 32, "das_steps": 60}
+DIFF_QUICK: dict[str, Any] = {"epochs": 10, "lengths": (1, 2, 4, 8), "strings": 16, "das_steps": 20}
 
 
 def diff_sections(ctx: ReportContext) -> list[Section]:
@@ -147,7 +147,7 @@ def diff_sections(ctx: ReportContext) -> list[Section]:
             device=ctx.device,
         )
         trained_s = time.perf_counter() - t0
-        result = diff(run.model, "first", lengths=list(s["lengths"]), strings=s["strings"], das_steps=60,
+        result = diff(run.model, "first", lengths=list(s["lengths"]), strings=s["strings"], das_steps=s["das_steps"],
                       alignment_pairs=s["strings"], device=ctx.device)
         data = ctx.write_json("diff-first.json", result)
         t, e = attention_views(result, run.model.cpu(), ctx.out_dir / "attention" / "diff-first",
