@@ -105,6 +105,8 @@ def test_circuit_part_of_a_rotated_copy_at_qkv_granularity(method: str) -> None:
     assert (circuit["edges"]["precision"], circuit["edges"]["recall"]) == (check["precision"], check["recall"])
     assert circuit["edges"]["auroc"] == pytest.approx(check["edge_auroc"])
     assert result["summary"]["circuit_edge_jaccard"] == circuit["edges"]["jaccard"]
+    assert result["summary"]["circuit_edge_jaccard_between_components"] == \
+        circuit["edges"]["between_components"]["jaccard"]
 
 
 def test_circuit_part_under_cross_length_ablation() -> None:

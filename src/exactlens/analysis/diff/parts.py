@@ -175,6 +175,10 @@ def _circuit(ctx: Any, request: Any) -> Done:
                        request.circuit_ablation, carry=ctx.carry)
     summary = {} if not out["available"] else {"circuit_edge_auroc": out["edges"]["auroc"],
                                                "circuit_edge_jaccard": out["edges"]["jaccard"],
+                                               # a post-LN model's every edge passes a norm that a norm-free
+                                               # construction lacks: compare with norm chains joined too
+                                               "circuit_edge_jaccard_between_components":
+                                                   out["edges"]["between_components"]["jaccard"],
                                                "circuit_node_jaccard": out["nodes"]["jaccard"]}
     ctx.say("diff: circuit done")
     return Done({"circuit": out}, summary)
@@ -197,7 +201,8 @@ STEPS: tuple[Part, ...] = (
     Part("alignment", _alignment, ("words", "probe_fits"), ("alignment", "alignment_details"), ALIGNMENT_SUMMARY,
          help="distributed alignment search beside random and untrained baselines"),
     Part("circuit", _circuit, ("head_matching",), ("circuit",),
-         ("circuit_edge_auroc", "circuit_edge_jaccard", "circuit_node_jaccard"),
+         ("circuit_edge_auroc", "circuit_edge_jaccard", "circuit_edge_jaccard_between_components",
+          "circuit_node_jaccard"),
          help="the trained model's discovered circuit against the exact circuit"),
 )
 
