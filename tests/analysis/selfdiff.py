@@ -21,13 +21,17 @@ SELF_IIA = 0.95
 # (Chiang & Cholak §5.2: right on every word of length |w| iff c > log |w|), so at lengths 4-10 it is no
 # exact FIRST model (its s mixes I[w_1=1] with k); c = 3 is exact up to |w| = 20
 SWEEP_PARAMS = {"majority": {"num_classes": 3}, "first-flawed": {"c": 3.0}}
-# Task variables a construction does not compute (measured; the verdict must then not be "computed"):
+# Task variables a construction does not compute exactly (measured; exempt whatever the verdict says):
 # PALINDROME's "mirror symbol" is a high-level model that compares w_i with w_(L+1-i) at *every* position i
 # (counterfactual: base == reverse(source)); Nowak et al.'s circuit holds no w_(L+1-i) at position i and
 # compares each mirror pair once, at [CLS], by place values, so no patch realizes the AND over both
-# halves: the best one (the right half's 1s swapped at every position, or the left half's) reaches 0.93
-# (0.94) of 236 changed test pairs over 10 seeds of the self-diff's pairs, swapping both 0.79.
-NOT_COMPUTED = {("palindrome", "mirror symbol"): "it compares each mirror pair once, at [CLS] (best patch 0.93-0.94)"}
+# halves. The faithful patches (one half's 1s swapped at every position) realize it on 92 % (right half)
+# and 97 % (left half) of 227 changed test pairs over 10 seeds of the self-diff's pairs, swapping both
+# halves on 85 %: on ~26 changed test pairs the verdict is "computed" or not by the sample (2026-11-26:
+# "computed" at blocks.0.hook_resid_post, k = 1, 1.0 on 26; before the pairs took every answer equally
+# often, "not found", 0.56 on 9).
+NOT_COMPUTED = {("palindrome", "mirror symbol"): "it compares each mirror pair once, at [CLS]: one half's swap "
+                "realizes the AND over both halves on 92-97 % of changed pairs, so the verdict is the sample's"}
 WANTED_LENGTHS = (4, 6, 8, 10)  # even: Dyck has no member of odd length
 
 
@@ -93,7 +97,7 @@ def judge(name: str, result: dict[str, Any]) -> dict[str, Any]:
             exempt[key] = ("the first component already writes the answer at the readout: no site but the input "
                            "precedes it (indistinguishable by design)")
             continue
-        if (name, key) in NOT_COMPUTED and line["verdict"] != "computed":
+        if (name, key) in NOT_COMPUTED:
             exempt[key] = f"not computed by this construction: {NOT_COMPUTED[(name, key)]}"
             continue
         problems = []
