@@ -6,8 +6,11 @@ W_in, W_out, W_U; post-LN models get a rotation that fixes the all-ones vector, 
 layer norm's centring, so every construction has one): every variable the construction computes is
 "computed" with IIA >= 0.95 on changed test pairs, an exact label at the site where the circuit
 computes it (:mod:`selfdiff`). Exempt, with the reason recorded: a variable no test pair changes the
-answer through, and a label only the readout position holds whose counterfactual is the answer itself
-(FIRST's s: "indistinguishable from the answer" is the honest verdict there).
+answer through, a label only the readout position holds whose counterfactual is the answer itself
+(FIRST's s: "indistinguishable from the answer" is the honest verdict there), an answer-determined
+variable computed only where (or first written where) the answer reaches the readout, and a task
+variable the construction does not compute exactly (``selfdiff.NOT_COMPUTED``, with its measured rates).
+Measured table: docs/diff.md, "How to read the alignment".
 """
 
 from __future__ import annotations
