@@ -6,8 +6,11 @@ W_in, W_out, W_U; post-LN models get a rotation that fixes the all-ones vector, 
 layer norm's centring, so every construction has one): every variable the construction computes is
 "computed" with IIA >= 0.95 on changed test pairs, an exact label at the site where the circuit
 computes it (:mod:`selfdiff`). Exempt, with the reason recorded: a variable no test pair changes the
-answer through, and a label only the readout position holds whose counterfactual is the answer itself
-(FIRST's s: "indistinguishable from the answer" is the honest verdict there).
+answer through, a label only the readout position holds whose counterfactual is the answer itself
+(FIRST's s: "indistinguishable from the answer" is the honest verdict there), an answer-determined
+variable computed only where (or first written where) the answer reaches the readout, and a task
+variable the construction does not compute exactly (``selfdiff.NOT_COMPUTED``, with its measured rates).
+Measured table: docs/diff.md, "How to read the alignment".
 """
 
 from __future__ import annotations
@@ -65,3 +68,40 @@ def test_probe_start_finds_a_categorical_variable_and_its_dimension() -> None:
     counts = torch.distributions.Multinomial(10, torch.ones(5)).sample((200,))
     assert variable_dim(counts, 99) == 4  # counts sum to n: m - 1 within one length
     assert variable_dim(counts, 2) == 2
+
+
+def test_probe_per_position_finds_a_code_whose_scale_depends_on_the_position() -> None:
+    """Dyck-1's first attention layer holds b_i = d_i / (i + 1) and 1 / (i + 1) at position i, d_i the depth:
+    one probe per position is b's direction, a probe pooled over positions is not (the depth's values,
+    probed one-hot, also tell the position: d_i has the parity of i + 1; on the self-diff's words the pooled
+    probe's direction was 0.92 b - 0.40 1/(i+1))."""
+    from exactlens.analysis.diff.starts import probe_directions
+
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.rand(300, 8, generator=gen) < 0.6).double() * 2 - 1  # more opens than closes, as in Dyck-1
+    depth = x.cumsum(1)
+    scale = torch.arange(1, 9, dtype=torch.float64).expand(300, -1)
+    acts = torch.stack([depth / scale, 1 / scale, torch.zeros_like(x)], -1)  # [words, positions, d = 3]
+    basis, _ = torch.linalg.qr(torch.randn(3, 3, generator=gen, dtype=torch.float64))
+    acts = acts @ basis.T  # a rotated basis: b's direction is basis[:, 0]
+    flat, values = acts.reshape(-1, 3), depth.reshape(-1, 1)
+    groups = torch.arange(8).expand(300, -1).reshape(-1)
+    grouped = probe_directions(flat, values, groups)[:, 0]
+    pooled = probe_directions(flat, values)[:, 0]
+    assert abs(float(grouped @ basis[:, 0])) > 0.999
+    assert abs(float(pooled @ basis[:, 0])) < 0.99
+
+
+def test_pairs_take_every_answer_equally_often() -> None:
+    """Bases take every discrete answer equally often (a rare one too); a source is never its base."""
+    import numpy as np
+
+    from exactlens.analysis.diff.alignment import draw_pairs
+
+    answers = torch.tensor([True, True] + [False] * 14)
+    base, source = draw_pairs(answers, 40, np.random.default_rng(0))
+    assert int(answers[torch.as_tensor(base)].sum()) == 20
+    assert (base != source).all() and source.min() >= 0 and source.max() < 16
+    regression = torch.linspace(0, 1, 16)  # no discrete answer: uniform bases
+    base, source = draw_pairs(regression, 400, np.random.default_rng(0))
+    assert len(set(base.tolist())) == 16 and (base != source).all()

@@ -62,24 +62,42 @@ def variable_dim(values: torch.Tensor, cap: int) -> int:
     return max(1, min(cap, int((s > RANK_TOL * s[0]).sum())))
 
 
-def probe_directions(acts: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+def probe_directions(acts: torch.Tensor, values: torch.Tensor, groups: torch.Tensor | None = None) -> torch.Tensor:
     """[d, r] orthonormal directions of a ridge probe from activations [N, d] to values [N, m] (rows
-    aligned), strongest first; r = 0 where nothing varies."""
+    aligned), strongest first; r = 0 where nothing varies. ``groups`` [N] (e.g. one per length and
+    token position): one probe per group, each centred on its own and scaled to unit norm, and the
+    directions of all of them together. A value may be coded with a scale that depends on the position
+    (Dyck-1's depth (i + 1) b_i is b_i at position i times i + 1): no single pooled probe is then its
+    direction, while every position's probe is."""
     d = acts.shape[1]
-    if acts.shape[0] < 2:
+    y_all = encode(values)
+    keys = [None] if groups is None else torch.unique(groups).tolist()
+    weights = []
+    for key in keys:
+        rows = slice(None) if key is None else groups == key
+        w = _ridge(acts[rows].double(), y_all[rows])
+        if w is not None:
+            weights.append(w / w.norm())
+    if not weights:
         return acts.new_zeros(d, 0).double()
-    x = acts.double() - acts.double().mean(0)
-    y = encode(values)
-    y = y - y.mean(0)
-    u, s, vh = torch.linalg.svd(x, full_matrices=False)
-    if not len(s) or float(s[0]) == 0.0:
-        return x.new_zeros(d, 0)
-    shrink = s / (s * s + RIDGE * s[0] ** 2)
-    weights = vh.T @ (shrink[:, None] * (u.T @ y))  # [d, m]: the ridge solution
-    w_u, w_s, _ = torch.linalg.svd(weights, full_matrices=False)
+    w_u, w_s, _ = torch.linalg.svd(torch.cat(weights, 1), full_matrices=False)
     if not len(w_s) or float(w_s[0]) == 0.0:
-        return x.new_zeros(d, 0)
+        return acts.new_zeros(d, 0).double()
     return w_u[:, w_s > RANK_TOL * w_s[0]]
+
+
+def _ridge(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+    """[d, m] ridge weights from activations x [N, d] to encoded values y [N, m], both centred here;
+    None where fewer than 2 rows, or the activations or values do not vary."""
+    if x.shape[0] < 2:
+        return None
+    x, y = x - x.mean(0), y - y.mean(0)
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    if not len(s) or float(s[0]) == 0.0 or float(y.abs().max()) == 0.0:
+        return None
+    shrink = s / (s * s + RIDGE * s[0] ** 2)
+    weights = vh.T @ (shrink[:, None] * (u.T @ y))
+    return weights if float(weights.norm()) > 0.0 else None
 
 
 def start_weights(directions: list[torch.Tensor | None], dims: list[int], d: int, generator: torch.Generator,
