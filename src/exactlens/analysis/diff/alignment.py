@@ -29,9 +29,10 @@ same run: a random orthonormal subspace of the same dimension (``random_iia_chan
 fit on an untrained model of the same shape (``untrained_iia_changed``, at the row's dimension).
 Regression answers are decided by the nearest value among the answers of the batch.
 
-Fits that share a site and a position set are trained together: the fits (variables x dims) are
-stacked along the batch, each row patched with its own Q, so one forward from the site's layer on
-serves them all.
+Fits are trained together: the fits (variables x dims x starts) of a group of sites are stacked along
+the batch, each row patched with its own Q at its own site, so one forward from the earliest site's
+layer on serves them all (:func:`fit_sites`; k by increasing size, a larger k only where a smaller one
+is below 1 - DIM_TOLERANCE on validation pairs).
 """
 
 from __future__ import annotations
