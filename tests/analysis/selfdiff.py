@@ -16,6 +16,7 @@ from exactlens.errors import ExactLensError
 from exactlens.model.basis import random_rotation, rotate_residual
 
 SELF_IIA = 0.95
+FEW_PAIRS = 5  # fewer changed test pairs than this: even all right, the interval's lower end stays below 0.57
 # construction parameters of the sweep where the default does not fit a test (majority's 20 classes: 20
 # labels plus a 20-dimensional count vector at every site); first-flawed's default c = 1 is exact only for |w| <= 2
 # (Chiang & Cholak §5.2: right on every word of length |w| iff c > log |w|), so at lengths 4-10 it is no
@@ -85,6 +86,10 @@ def judge(name: str, result: dict[str, Any]) -> dict[str, Any]:
         if not line.get("changed_pairs"):
             exempt[key] = "untestable: no test pair changes the answer through it"
             continue
+        if line["changed_pairs"] < FEW_PAIRS and line["verdict"] == "not found" and (line["iia"] or 0) >= SELF_IIA:
+            exempt[key] = (f"untestable here: right on all {line['changed_pairs']} changed test pair(s), too few for "
+                           "the interval to clear its baselines")
+            continue
         determined = (info.get("source_determined") or 0) >= 0.99
         if determined and origin == "exact" and info.get("exact_positions") != "all":
             exempt[key] = "the answer itself at the readout position (indistinguishable by design)"
@@ -145,4 +150,8 @@ def _only_where_answer_arrives(result: dict[str, Any], origin: str, variable: st
                and r["test"] == "interchange" and r["position"] == "readout" and (r["iia_changed"] or 0) >= 0.9]
     local = [order[r["site"]] for r in rows if r["variable"] == variable and r["origin"] == origin
              and r["test"] == "localization" and r["verdict"] == "computed"]
+    if not arrival:  # a per-position task reads every position: the answer arrives in the residual stream
+        arrival = [order[r["site"]] - 1 for r in rows if (r.get("source_determined") or 0) >= 0.99
+                   and r["test"] == "interchange" and r["position"] == "all" and (r["iia_changed"] or 0) >= 0.9
+                   and not r["site"].endswith("resid_pre")]  # minus 1: the component writing that residual
     return bool(arrival and local) and min(local) >= min(arrival)

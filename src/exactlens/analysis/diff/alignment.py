@@ -501,7 +501,13 @@ def fit_stage(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[Pair
         pool = torch.cat([trained_q, initial[started]])
         meta = [(f, kind) for f, kind, _ in candidates] + [(candidates[c][0], f"{candidates[c][1]}, unfitted")
                                                            for c in started]
+        # a fit that diverged (non-finite Q: e.g. a layer norm with a tiny eta) patches nothing and never wins
+        diverged = ~torch.isfinite(pool).flatten(1).all(1)
+        pool = torch.where(diverged[:, None, None], torch.zeros_like(pool), pool)
+        meta = [(f, f"{kind}, diverged") if bool(diverged[c]) else (f, kind) for c, (f, kind) in enumerate(meta)]
         scores = score_group(task, side, job.site, [job.fits[f] for f, _ in meta], select, pool, caches[job.site])
+        scores = [{"iia": None, "iia_changed": None, "diverged": True} if bool(diverged[c]) else sc
+                  for c, sc in enumerate(scores)]
         best = [_best_of(f, meta, scores) for f in range(len(job.fits))]
         out.append((pool[best], [meta[b][1] for b in best], [scores[b] for b in best]))
     return out
@@ -867,7 +873,7 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
         fitted = fit_sites(task, trained, jobs, train, val, settings, gen, caches, staged=settings.warm_steps is None)
         for job, (projector, started, val_scores) in zip(jobs, fitted, strict=True):
             plan, site, cache = plans[job.site], job.site, caches[job.site]
-            if solves["solves"]:  # a later model starts from subspaces of a model that solves the task
+            if settings.warm_steps is not None and solves["solves"]:  # a timeline's later model starts here
                 warm.update((key, basis) for key, basis, how in zip(plan["keys"], bases(projector, job.fits), started,
                                                                      strict=True) if how != "skipped")
             chosen = []
