@@ -5,9 +5,10 @@ constructions against themselves): on hard attention no gradient reaches the key
 (induction-recent's "previous symbol" is read only by layer 2's unique-hard keys), a fit that starts
 on a direction that is dead at the site stays there (FIRST's AND label started from its own
 dimension at a site that does not write it), and a minimum over two outputs (Dyck) is slow to find.
-So every fit runs from several starts at once (stacked like the fits themselves: one pass costs
-little more for more rows, while every pass has a fixed cost), and each fit keeps the start that does
-best on the *validation* pairs, which also pick k (test pairs, used for neither choice, report):
+So every fit runs from several starts at once (stacked like the fits themselves; restarting only
+the fits that did not converge measured no faster, as most fits of a trained model do not), and
+each fit keeps the start that does best on the *validation* pairs, which also pick k (test pairs,
+used for neither choice, report):
 
 * ``"random"``: a random orthonormal basis (what DAS does alone);
 * ``"probe"``: the directions of a ridge probe of the variable's value on the site's activations at
