@@ -176,21 +176,19 @@ def _drawn(page, timeout_ms: int) -> bool:
     return page.evaluate("() => document.body.querySelectorAll('*').length") > 30
 
 
-def test_a_view_without_its_javascript_counts_as_blank(browser, report: Path) -> None:
-    """The render check itself can fail: strip the inlined scripts and it must."""
+def test_a_view_without_its_javascript_counts_as_blank(browser, report: Path, tmp_path: Path) -> None:
+    """The render check itself can fail: strip the scripts and it must. The stripped copy is written
+    outside the shared report (other tests, in other workers, read every page of it)."""
     import re
 
     view = report / "attention" / f"{CONTROL_VIEW}.html"
-    blank = report / "attention" / "blank-for-test.html"
+    blank = tmp_path / "blank-for-test.html"
     blank.write_text(re.sub(r"<script[\s\S]*?</script>", "", view.read_text(encoding="utf-8")), encoding="utf-8")
+    visit = _visit(browser, tmp_path, blank)
     try:
-        visit = _visit(browser, report, blank)
-        try:
-            assert not _drawn(visit.page, timeout_ms=1_500)
-        finally:
-            visit.close()
+        assert not _drawn(visit.page, timeout_ms=1_500)
     finally:
-        blank.unlink()
+        visit.close()
 
 
 def _distinct_colours(png: Path) -> int:
@@ -203,16 +201,13 @@ def _distinct_colours(png: Path) -> int:
 
 def test_an_outside_request_is_caught(browser, report: Path, tmp_path: Path) -> None:
     """The check itself can fail: a page that loads a CDN script is flagged."""
-    bad = report / "bad-page-for-test.html"
+    bad = tmp_path / "bad-page-for-test.html"  # not in the shared report: other workers read its pages
     bad.write_text('<html><body><script src="https://cdn.example.org/x.js"></script></body></html>')
+    visit = _visit(browser, tmp_path, bad)
     try:
-        visit = _visit(browser, report, bad)
-        try:
-            assert any("outside the report folder" in p for p in visit.problems), visit.problems
-        finally:
-            visit.close()
+        assert any("outside the report folder" in p for p in visit.problems), visit.problems
     finally:
-        bad.unlink()
+        visit.close()
 
 
 def test_no_horizontal_overflow_at_1280_px(browser, report: Path) -> None:
