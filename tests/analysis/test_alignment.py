@@ -250,8 +250,14 @@ def test_row_verdicts() -> None:
     assert row_verdict(_row(converged=False), 0.5, True, 0.99) == "unconverged"
     assert row_verdict(_row(illusion={"suspected": True}), 0.5, True, 0.99) == "illusion suspected"
     # few changed pairs: an interval too wide to lie above the random baseline
-    assert row_verdict(_row(iia_ci=[0.34, 1.0], changed_pairs=2, random_iia_changed=0.4), 0.5, True, 0.99) \
+    assert row_verdict(_row(iia_ci=[0.34, 1.0], changed_pairs=12, random_iia_changed=0.4), 0.5, True, 0.99) \
         == "not found"
+    # fewer than MIN_CHANGED_PAIRS: neither "computed" (all right on 3: [0.44, 1]) nor "not found" (0 of 3)
+    assert row_verdict(_row(iia_ci=[0.44, 1.0], changed_pairs=3), 0.5, True, 0.99) == "too few pairs"
+    assert row_verdict(_row(iia_changed=0.0, iia_ci=[0.0, 0.56], changed_pairs=3), 0.5, True, 0.99) == "too few pairs"
+    assert row_verdict(_row(iia_ci=[0.72, 1.0], changed_pairs=10), 0.5, True, 0.99) == "computed"
+    # the answer-determined verdict does not depend on the count
+    assert row_verdict(_row(changed_pairs=3), 1.0, True, 0.99) == "indistinguishable from the answer"
     assert row_verdict(_row(iia_changed=0.6, iia_ci=[0.5, 0.7]), 0.5, True, 0.99) == "not found"
     assert row_verdict(_row(iia_changed=0.6, iia_ci=[0.5, 0.7], converged=False), 0.5, True, 0.99) == "unconverged"
     # no better than the best random subspaces

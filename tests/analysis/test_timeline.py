@@ -204,7 +204,7 @@ def test_untrained_then_exact_checkpoints_and_a_warm_start_reaching_the_cold_fit
     untrained = ExactTransformer(exact.cfg.replace(residual_labels=None)).init_weights(seed=3).eval()
     data = timeline([untrained, exact, exact], "first", steps=[0, 100, 200], lengths=[5, 6],
                     parts=("behaviour", "alignment"), das_max_dim=1, das_steps=12, das_warm_steps=4,
-                    alignment_pairs=32)
+                    alignment_pairs=48)  # 11 changed test pairs (32: 6, "too few pairs")
     rows = data["checkpoints"]
     first = [r["verdicts"]["first symbol"] for r in rows]
     assert first[0]["verdict"] == "model does not solve the task" and rows[0]["accuracy"] < 0.9

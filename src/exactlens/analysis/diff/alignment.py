@@ -48,11 +48,12 @@ import torch
 from exactlens import tasks
 from exactlens.analysis.diff import illusion, verdicts
 from exactlens.analysis.diff.interventions import _patched_outputs
-from exactlens.analysis.diff.runs import LengthRun, Side
+from exactlens.analysis.diff.runs import LengthRun, Side, writer_site
 from exactlens.analysis.diff.starts import pick_best, probe_directions, start_weights, variable_dim
 from exactlens.devices import device_of
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
+from exactlens.model.labels import is_negated_copy, label_direction
 from exactlens.progress import bar
 from exactlens.tasks import kinds
 
@@ -133,6 +134,7 @@ def _task_values(task: tasks.Task, var: Any, run: LengthRun, b: torch.Tensor) ->
 def exact_variables(exact: Side, features: list[dict[str, Any]]) -> tuple[list[HighLevel], list[dict[str, Any]]]:
     """The exact circuit's computed, non-constant residual labels (from the probe table's features)."""
     out, skipped = [], []
+    labels = [feat["label"] for feat in sorted(features, key=lambda f: f["index"])]
     for feat in features:
         if feat["constant"]:
             skipped.append({"variable": feat["label"], "reason": "constant on these words"})
@@ -140,16 +142,21 @@ def exact_variables(exact: Side, features: list[dict[str, Any]]) -> tuple[list[H
         if feat["exact_site"] == exact.sites[0]:
             skipped.append({"variable": feat["label"], "reason": "input feature (set by the embedding)"})
             continue
+        if is_negated_copy(labels, feat["label"]):
+            skipped.append({"variable": feat["label"], "reason": "negated copy in a doubled residual [x; -x]: tested "
+                            f"with {feat['label'][2:-1]} as the one direction e_L - e_-(L)"})
+            continue
         index, site, scope = feat["index"], feat["exact_site"], feat["positions"]
-        direction = np.zeros(exact.d_model)
-        direction[index] = 1.0
+        direction = (label_direction(labels, feat["label"]).numpy() if len(labels) == exact.d_model
+                     else np.eye(exact.d_model)[index])
 
         def counterfactual(run: LengthRun, b: torch.Tensor, s: torch.Tensor, site=site, direction=direction,
                            scope=scope) -> torch.Tensor:
             rows = exact.model.readout_rows(run.n_positions)
             positions = np.array([int(rows[0])]) if scope == "readout" and rows is not None else None
             n_pos = run.n_positions[b]
-            outputs = _patched_outputs(exact, run.tokens[b], site, direction, run.exact_acts[site][s.numpy()],
+            writer = writer_site(exact, site)
+            outputs = _patched_outputs(exact, run.tokens[b], writer, direction, run.exact_acts[writer][s.numpy()],
                                        positions, n_pos)
             return exact.reader.decide(outputs, n_pos)
 
@@ -1001,16 +1008,15 @@ def _fit_steps(settings: Settings, all_warm: bool) -> int | None:
 
 def known_directions(side: Side, variables: list[HighLevel]) -> dict[int, torch.Tensor]:
     """Where the trained side is itself an exact construction that names its residual dimensions (a
-    self-diff), each exact label's own dimension: the fit of that label starts from it."""
+    self-diff), each exact label's own direction (its dimension; e_L - e_-(L) in a doubled residual,
+    :mod:`exactlens.model.labels`): the fit of that label starts from it."""
     labels = getattr(side.model.cfg, "residual_labels", None) if side.exact else None
     if not labels:
         return {}
     out = {}
     for i, v in enumerate(variables):
         if v.origin == "exact" and v.name in labels and list(labels).count(v.name) == 1:
-            direction = torch.zeros(side.d_model, dtype=torch.float64)
-            direction[list(labels).index(v.name)] = 1.0
-            out[i] = direction
+            out[i] = label_direction(labels, v.name)
     return out
 
 

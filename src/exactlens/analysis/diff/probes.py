@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from exactlens.analysis.diff.runs import LengthRun, Side, pool, pooled
+from exactlens.analysis.diff.runs import LengthRun, Side, degenerate_rows, later_scale, pool, pooled
 
 ALPHAS = (1e-10, 1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 """Ridge strengths tried, relative to the number of training rows (inputs are centred and divided
@@ -194,6 +194,19 @@ def feature_scopes(exact_model: Any, labels: list[str]) -> list[str]:
     return ["readout" if w_u[i] > 0 and readers[i] == 0 else "all" for i in range(len(labels))]
 
 
+def reference_site(held: dict[str, np.ndarray], sites: list[str]) -> str:
+    """The site whose value of a label is the one it is probed and settled against (``held``: the label's
+    values at each site): the last site where it is not zero on every row. That is the final site, unless a
+    later component cancels the label (Chiang & Cholak Prop. 2's confidence layer clears the whole stream
+    but s): then its value just before."""
+    scale = max((float(np.abs(v).max()) for v in held.values() if v.size and np.isfinite(v).all()), default=0.0)
+    for site in reversed(sites):
+        v = held[site]
+        if v.size and np.isfinite(v).all() and np.abs(v).max() > SETTLE_TOLERANCE * (1 + scale):
+            return site
+    return sites[-1]
+
+
 def earliest_best(r2: dict[str, float | None], order: list[str]) -> tuple[str | None, float | None]:
     scored = {k: v for k, v in r2.items() if v is not None}
     if not scored:
@@ -217,7 +230,6 @@ def probe_table(
     n_seq = int(rows.sequence.max()) + 1
     test_seq = split_sequences(n_seq, test_fraction, np.random.default_rng(seed))
     test_rows = test_seq[rows.sequence]
-    final = pooled(runs, exact.sites[-1], "exact")
     exact_pooled = {site: pooled(runs, site, "exact") for site in exact.sites}
     trained_pooled = {site: pooled(runs, site, "trained") for site in trained.sites}
     # Positions where some activation is not finite (e.g. layer norm with eps = 0 of a zero vector,
@@ -225,13 +237,26 @@ def probe_table(
     finite = np.ones(len(rows.sequence), dtype=bool)
     for acts in (*exact_pooled.values(), *trained_pooled.values()):
         finite &= np.isfinite(acts).all(1)
+    # rows where a site holds normalized rounding noise do not decide which site a label is settled against
+    degenerate = {site: degenerate_rows(runs, exact, site) for site in exact.sites}
+    # post-LN rescales the whole stream at every norm: a label has settled where its value, divided by the
+    # scales of the norms still to come, is its final value
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rescale = {site: later_scale(runs, exact, site) for site in exact.sites}
     features, maps = [], {}
     designs: dict[tuple[str, str], dict[str, RidgeDesign]] = {}  # (site, positions): the same x for every label
     for i, label in enumerate(labels):
         mask = (rows.is_readout if scopes[i] == "readout" else np.ones(len(rows.sequence), dtype=bool)) & finite
-        y = final[mask, i]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            held = {site: exact_pooled[site][mask, i] / rescale[site][mask] for site in exact.sites}
+            reference = reference_site({site: exact_pooled[site][mask, i][~degenerate[site][mask]]
+                                        for site in exact.sites}, exact.sites)
+            # the values as the reference site holds them (scaled by the norms between a site and it only)
+            held = {site: v * rescale[reference][mask] for site, v in held.items()}
+        y = exact_pooled[reference][mask, i]
         tolerance = SETTLE_TOLERANCE * (1 + (np.abs(y).max() if y.size else 0.0))
-        settled = next(site for site in exact.sites if np.all(np.abs(exact_pooled[site][mask, i] - y) <= tolerance))
+        settled = next(site for site in exact.sites[:exact.sites.index(reference) + 1]
+                       if np.all(np.abs(held[site] - y) <= tolerance))
         entry: dict[str, Any] = {
             "label": label,
             "index": i,

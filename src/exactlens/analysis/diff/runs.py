@@ -301,7 +301,8 @@ def run_exact(task: tasks.Task, lengths: list[int], strings: int, seed: int, exa
     """The words of every length (drawn with ``seed``) and the exact model's run on them; the trained
     fields are empty until :func:`with_trained` (a timeline runs the exact side once for all its models)."""
     gen = torch.Generator().manual_seed(int(seed))
-    e_names = set(exact.sites) | _attention_hooks(exact.n_layers)
+    e_names = (set(exact.sites) | _attention_hooks(exact.n_layers) | set(post_norm_scales(exact))
+               | {writer_site(exact, site) for site in exact.sites})
     runs = []
     for length in lengths:
         ids, exhaustive = words(task, length, strings, gen)
@@ -319,6 +320,65 @@ def with_trained(runs: list[LengthRun], trained: Side) -> list[LengthRun]:
     for run in runs:
         t_logits, t_acts = trained.run(run.tokens, t_names)
         out.append(replace(run, trained_outputs=trained.outputs(t_logits, run.n_positions), trained_acts=t_acts))
+    return out
+
+
+def post_norm_scales(side: Side) -> list[str]:
+    """The scale hooks of the side's post-LN layer norms, in depth order (ln1 before resid_mid, ln2 before
+    resid_post of each post-LN layer); none for pre-LN or norm-free layers."""
+    hooks = set(getattr(side.model, "hook_dict", {}))
+    names = [f"blocks.{layer}.{ln}.hook_scale" for layer, norm in enumerate(side.norms) if norm == "post"
+             for ln in ("ln1", "ln2")]
+    return [n for n in names if n in hooks]
+
+
+def writer_site(side: Side, site: str) -> str:
+    """Where a label settled at ``site`` is patched: the site itself, or, in a post-LN layer, the output of the
+    component that writes it (hook_attn_out for resid_mid, hook_mlp_out for resid_post). There the residual is
+    normalized after the add, so setting a coordinate of the normalized stream is not what a different write
+    would do (its norm, and so every coordinate's scale, would change too), and a trained model's component
+    output could only match it approximately (parity-ln's k/n: 0.96 of training pairs)."""
+    parts = site.split(".")
+    if len(parts) != 3 or not parts[1].isdigit() or side.norms[int(parts[1])] != "post":
+        return site
+    component = {"hook_resid_mid": "hook_attn_out", "hook_resid_post": "hook_mlp_out"}.get(parts[2])
+    writer = f"blocks.{parts[1]}.{component}"
+    return writer if component and writer in getattr(side.model, "hook_dict", {}) else site
+
+
+def _first_norm_after(site: str) -> tuple[int, str] | None:
+    """(layer, "ln1" | "ln2") of the first layer norm applied after ``site``, in depth order."""
+    layer, hook = int(site.split(".")[1]), site.split(".")[-1]
+    return {"hook_resid_pre": (layer, "ln1"), "hook_resid_mid": (layer, "ln2"),
+            "hook_resid_post": (layer + 1, "ln1")}.get(hook)
+
+
+def later_scale(runs: list[LengthRun], side: Side, site: str) -> np.ndarray:
+    """[N] per pooled row, the product of the post-LN scales applied after ``site`` (1 where none is). A
+    residual coordinate that no later component writes reaches the end divided by exactly this product
+    (post-LN divides the whole stream by its scale; in a doubled residual [x; -x] the mean it subtracts is 0),
+    so ``value / later_scale`` is the value as the last site holds it."""
+    first = _first_norm_after(site)
+    product = np.ones(sum(run.tokens.numel() for run in runs))
+    for name in post_norm_scales(side) if first is not None else ():
+        if (int(name.split(".")[1]), name.split(".")[2]) >= first:
+            product = product * pooled(runs, name, "exact")[:, 0]
+    return product
+
+
+DEGENERATE_SCALE = 1e-8  # a post-LN scale below this share of its largest normalizes rounding noise
+
+
+def degenerate_rows(runs: list[LengthRun], side: Side, site: str) -> np.ndarray:
+    """[N] bool per pooled row: a post-LN norm with eps = 0 before ``site`` divided a stream that was zero up
+    to rounding (Chiang & Cholak Prop. 2's confidence layer at the positions it clears), so what the site
+    holds there is amplified noise."""
+    first = _first_norm_after(site)
+    out = np.zeros(sum(run.tokens.numel() for run in runs), dtype=bool)
+    for name in post_norm_scales(side):
+        if first is None or (int(name.split(".")[1]), name.split(".")[2]) < first:
+            scale = np.abs(pooled(runs, name, "exact")[:, 0])
+            out |= ~(scale > DEGENERATE_SCALE * np.nanmax(scale, initial=0.0))
     return out
 
 

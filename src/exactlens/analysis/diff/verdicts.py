@@ -18,6 +18,9 @@ row of the alignment table gets one verdict, and each variable one line (``summa
   that IIA alone (:mod:`.illusion`).
 * ``"unconverged"``: the fit stayed below 0.99 on its training pairs, and its test interval still
   lies above the random mean: something is there that the fit did not finish finding.
+* ``"too few pairs"``: fewer than MIN_CHANGED_PAIRS held-out test pairs change the answer through the
+  variable: even all right, the interval is too wide to claim it computed (10 of 10 right: [0.72, 1]),
+  and a low score on so few is no evidence of absence either.
 * ``"not found"``: everything else.
 
 A variable's line is its best row, chosen on *validation* pairs (never on the test pairs that give
@@ -37,9 +40,10 @@ CONVERGED_IIA = 0.99  # training IIA on changed pairs below which a fit is "unco
 SOLVES_GAP = 0.5  # share of the gap from chance to 1 the model's accuracy must close
 RANDOM_DRAWS = 20  # random subspaces per row for the baseline
 WILSON_Z = 1.959963984540054  # two-sided 95 %
+MIN_CHANGED_PAIRS = 10  # changed test pairs a row needs for "computed" / "not found" (fewer: "too few pairs")
 
 VERDICTS = ("computed", "not found", "indistinguishable from the answer", "illusion suspected", "unconverged",
-            "model does not solve the task")
+            "model does not solve the task", "too few pairs")
 
 
 # Brown, Cai & DasGupta (2001), modified Wilson: with 1-3 successes (or failures) the Wilson bound
@@ -129,6 +133,8 @@ def row_verdict(row: dict[str, Any], determined: float, solves: bool, determined
         return "illusion suspected"  # whatever the variable, this subspace does not carry it
     if determined >= determined_at:
         return "indistinguishable from the answer"
+    if (row.get("changed_pairs") or 0) < MIN_CHANGED_PAIRS:
+        return "too few pairs"
     converged = row.get("converged")
     if passes:
         return "unconverged" if converged is False else "computed"

@@ -24,16 +24,12 @@ from exactlens.constructions.cookbook import ffn
 from exactlens.constructions.cookbook.program import Layer
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.model.labels import negated_label
 
 __all__ = [
     "amplify", "append_confidence_layer", "confidence_scale", "double_for_post_ln", "negated_label",
     "pair_for_layer_norm",
 ]
-
-
-def negated_label(label: str) -> str:
-    """The label of the negated copy of ``label`` in a [x; -x] residual."""
-    return f"-({label})"
 
 
 def _negated_labels(labels: tuple[str, ...]) -> tuple[str, ...]:
