@@ -92,6 +92,32 @@ def test_probe_per_position_finds_a_code_whose_scale_depends_on_the_position() -
     assert abs(float(pooled @ basis[:, 0])) < 0.99
 
 
+def test_probe_per_position_keeps_a_one_hot_groups_constant_sum() -> None:
+    """induction-recent's prev_a, prev_b, prev_c: one-hot after the first symbol, all 0 before it. Within one
+    position their sum is constant, so a probe per position (centred there) points at e_a - (e_a + e_b + e_c) / 3,
+    which swaps prev_a only together with half of prev_b and prev_c (the rotated self-diff's probe start: 0.81);
+    one probe over every position finds e_a, and is a second start where it differs."""
+    from exactlens.analysis.diff.starts import pooled_alternative, probe_directions
+
+    gen = torch.Generator().manual_seed(1)
+    words, positions = 200, 6
+    symbol = torch.randint(0, 3, (words, positions), generator=gen)
+    code = torch.nn.functional.one_hot(symbol, 3).double()
+    code[:, 0] = 0.0  # no previous symbol at the first position
+    basis, _ = torch.linalg.qr(torch.randn(8, 8, generator=gen, dtype=torch.float64))
+    noise = torch.randn(words, positions, 2, generator=gen, dtype=torch.float64)
+    acts = (torch.cat([code, noise, torch.zeros(words, positions, 3, dtype=torch.float64)], -1) @ basis.T)
+    groups = torch.arange(positions).repeat(words)
+    x, y = acts.reshape(-1, 8), code[..., :1].reshape(-1, 1)
+    grouped = probe_directions(x, y, groups)
+    assert abs(float(grouped[:, 0] @ basis[:, 0])) < 0.9  # e_a - (e_a + e_b + e_c) / 3: cos 0.82
+    pooled = pooled_alternative(x, y, grouped)
+    assert pooled is not None and pooled.shape == (8, 1)
+    assert abs(float(pooled[:, 0] @ basis[:, 0])) > 0.999
+    # where the grouped probe is already the pooled direction, no second start
+    assert pooled_alternative(x, y, pooled) is None
+
+
 def test_pairs_take_every_answer_equally_often() -> None:
     """Bases take every discrete answer equally often (a rare one too); a source is never its base."""
     import numpy as np

@@ -49,7 +49,13 @@ from exactlens import tasks
 from exactlens.analysis.diff import illusion, verdicts
 from exactlens.analysis.diff.interventions import _patched_outputs
 from exactlens.analysis.diff.runs import LengthRun, Side, writer_site
-from exactlens.analysis.diff.starts import pick_best, probe_directions, start_weights, variable_dim
+from exactlens.analysis.diff.starts import (
+    pick_best,
+    pooled_alternative,
+    probe_directions,
+    start_weights,
+    variable_dim,
+)
 from exactlens.devices import device_of
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
@@ -604,12 +610,14 @@ def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: lis
 
 
 def probe_starts(side: Side, site: str, fits: list[Fit], train: list[PairSet], variables: list[HighLevel],
-                 cache: dict) -> list[torch.Tensor | None]:
-    """Per fit, the directions of a ridge probe of its variable's value on the site's activations of
-    the training base words at the fit's positions (:func:`.starts.probe_directions`); a fit at every
-    position, one probe per length and position, taken together."""
+                 cache: dict) -> dict[str, list[torch.Tensor | None]]:
+    """Per start kind, per fit, the directions of a ridge probe of its variable's value on the site's
+    activations of the training base words at the fit's positions (:func:`.starts.probe_directions`); a fit
+    at every position: "probe", one probe per length and position, taken together, and "probe (pooled)", one
+    over all of them where its direction differs (:func:`.starts.pooled_alternative`)."""
     patcher = Patcher(side, site)
     out: dict[tuple[int, str], torch.Tensor | None] = {}
+    alternative: dict[tuple[int, str], torch.Tensor | None] = {}
     for fit in fits:
         key = (fit.variable, fit.positions)
         if key in out:
@@ -631,7 +639,10 @@ def probe_starts(side: Side, site: str, fits: list[Fit], train: list[PairSet], v
             groups.append(group[keep])
         grouped = torch.cat(groups) if fit.positions == "all" and xs else None
         out[key] = probe_directions(torch.cat(xs), torch.cat(ys), grouped) if xs else None
-    return [out[(f.variable, f.positions)] for f in fits]
+        alternative[key] = (pooled_alternative(torch.cat(xs), torch.cat(ys), out[key])
+                            if grouped is not None and out[key] is not None else None)
+    return {"probe": [out[(f.variable, f.positions)] for f in fits],
+            "probe (pooled)": [alternative[(f.variable, f.positions)] for f in fits]}
 
 
 def variable_dims(variables: list[HighLevel], cells: list[tuple[int, str]], side: Side, train: list[PairSet],
@@ -870,10 +881,10 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
             start = [warm.get(key) for key in keys]
             all_warm = all(b is not None for b in start)
             steps = _fit_steps(settings, all_warm)
-            starts = {} if all_warm else {"probe": probe_starts(trained, site, fits, train, variables, caches[site])}
-            if known and not all_warm:  # an exact label's own dimension replaces its probe start (a probe finds it)
-                starts["probe"] = [None if f.variable in known else p
-                                   for f, p in zip(fits, starts["probe"], strict=True)]
+            starts = {} if all_warm else probe_starts(trained, site, fits, train, variables, caches[site])
+            if known and not all_warm:  # an exact label's own dimension replaces its probe starts (a probe finds it)
+                for kind in ("probe", "probe (pooled)"):
+                    starts[kind] = [None if f.variable in known else p for f, p in zip(fits, starts[kind], strict=True)]
                 starts["known direction"] = [known[f.variable][:, None] if f.variable in known else None
                                              for f in fits]
             plans[site] = {"cells": cells, "fits": fits, "keys": keys, "steps": steps}
@@ -899,8 +910,8 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
                         rand_scores=random_scores(task, trained, site, picked, test, gen, proj.dtype, cache))
         if untrained is not None:  # the same fit on the untrained copy, at each row's dimension
             u_caches: dict[str, dict] = {site: {} for site in group}
-            u_jobs = [FitJob(site, plans[site]["picked"], {"probe": probe_starts(
-                untrained, site, plans[site]["picked"], train, variables, u_caches[site])}) for site in group]
+            u_jobs = [FitJob(site, plans[site]["picked"], probe_starts(
+                untrained, site, plans[site]["picked"], train, variables, u_caches[site])) for site in group]
             for job, (u_proj, _, _) in zip(u_jobs, fit_sites(task, untrained, u_jobs, train, val, settings, gen,
                                                               u_caches), strict=True):
                 plans[job.site]["u_scores"] = score_group(task, untrained, job.site, job.fits, test, u_proj,

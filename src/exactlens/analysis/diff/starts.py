@@ -15,6 +15,8 @@ used for neither choice, report):
   the patched positions (training base words only): the column space of the probe's weights, strongest
   first. A categorical variable (one integer value per unit, at most ONE_HOT_MAX values) is probed
   one-hot; a vector (e.g. majority's counts) or a many-valued quantity as numbers;
+* ``"probe (pooled)"``: at every position, where one probe per length and position was the probe start, one
+  probe over all positions too, if its direction differs (:func:`pooled_alternative`);
 * ``"known direction"``: where the trained side is itself an exact construction that names its
   residual dimensions (a self-diff), an exact label's own dimension.
 
@@ -35,9 +37,10 @@ import torch
 ONE_HOT_MAX = 12  # an integer variable with at most this many values is categorical (probed one-hot)
 RIDGE = 1e-6  # ridge strength relative to the largest squared singular value of the activations
 RANK_TOL = 1e-8  # relative singular value below which a direction of the values does not count
+SAME_DIRECTION = 0.999  # |cos| above which a pooled probe's direction is the grouped probes' own
 START_NORM = 10.0  # length of a start direction among the N(0, 1) columns of the free weights
 
-START_KINDS = ("random", "probe", "known direction")
+START_KINDS = ("random", "probe", "probe (pooled)", "known direction")
 
 
 def encode(values: torch.Tensor) -> torch.Tensor:
@@ -81,10 +84,32 @@ def probe_directions(acts: torch.Tensor, values: torch.Tensor, groups: torch.Ten
             weights.append(w / w.norm())
     if not weights:
         return acts.new_zeros(d, 0).double()
-    w_u, w_s, _ = torch.linalg.svd(torch.cat(weights, 1), full_matrices=False)
+    return _column_space(torch.cat(weights, 1))
+
+
+def _column_space(weights: torch.Tensor) -> torch.Tensor:
+    w_u, w_s, _ = torch.linalg.svd(weights, full_matrices=False)
     if not len(w_s) or float(w_s[0]) == 0.0:
-        return acts.new_zeros(d, 0).double()
+        return weights.new_zeros(weights.shape[0], 0)
     return w_u[:, w_s > RANK_TOL * w_s[0]]
+
+
+def pooled_alternative(acts: torch.Tensor, values: torch.Tensor, grouped: torch.Tensor) -> torch.Tensor | None:
+    """Where the start came from one probe per group (``grouped``, :func:`probe_directions`), the directions of
+    one probe over all rows, if its strongest direction is not already the grouped one (else None): a second
+    probe start. Centred within a group, a probe loses every direction constant there, e.g. a one-hot group's
+    sum (induction-recent's prev_a + prev_b + prev_c = 1 after the first symbol): it points at
+    e_a - (e_a + e_b + e_c) / 3 (the rotated self-diff's prev_a: 0.81 from it), where the pooled probe finds e_a;
+    the grouped one is right where the value's scale depends on the group (Dyck-1's depth)."""
+    weights = _ridge(acts.double(), encode(values))
+    if weights is None:
+        return None
+    pooled = _column_space(weights)
+    if not pooled.shape[1]:
+        return None
+    if grouped.shape[1] and float((grouped.T @ pooled[:, 0]).norm()) > SAME_DIRECTION:
+        return None
+    return pooled
 
 
 def _ridge(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
