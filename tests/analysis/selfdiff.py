@@ -30,8 +30,18 @@ SWEEP_PARAMS = {"majority": {"num_classes": 3}, "first-flawed": {"c": 3.0}}
 # halves on 85 %: on ~26 changed test pairs the verdict is "computed" or not by the sample (2026-11-26:
 # "computed" at blocks.0.hook_resid_post, k = 1, 1.0 on 26; before the pairs took every answer equally
 # often, "not found", 0.56 on 9).
+# Shin & Matzinger's solution 2 (§2.2) puts the pair together *in* attention: its bilinear score q_true(X_j, X_i)
+# with v = the position shift leaves q_true(X_(i-1), X_i) at position i, and X_(i-1) alone is held at no site
+# of position i, so no patch sets "previous category" while keeping X_i. Measured (2026-11-26): the whole
+# attention output swapped (blocks.0.hook_attn_out, every position, nothing fitted; papers/shin_matzinger/
+# causal.py, float64, |w| = 10, 500 pairs) gives q_true(P_source, X_i base) on 0.107 of 4038 changed
+# positions and the source's pair value on 1.000; the self-diff's DAS (k up to classes - 1 = 9) reaches 0.12
+# on 284 changed test pairs at every site.
 NOT_COMPUTED = {("palindrome", "mirror symbol"): "it compares each mirror pair once, at [CLS]: one half's swap "
-                "realizes the AND over both halves on 92-97 % of changed pairs, so the verdict is the sample's"}
+                "realizes the AND over both halves on 92-97 % of changed pairs, so the verdict is the sample's",
+                ("sm-solution2", "previous category"): "its attention computes q_true(X_(i-1), X_i) itself: the "
+                "whole attention output swapped gives the source's pair value on 1.000 of 4038 changed positions "
+                "and q_true(P_source, X_i) on 0.107"}
 WANTED_LENGTHS = (4, 6, 8, 10)  # even: Dyck has no member of odd length
 
 

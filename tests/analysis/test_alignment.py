@@ -18,7 +18,14 @@ from samples import construction_sample
 
 from exactlens import tasks
 from exactlens.analysis.diff import diff
-from exactlens.analysis.diff.alignment import choose_dim, units
+from exactlens.analysis.diff.alignment import (
+    TIED,
+    choose_dim,
+    no_answer_where_tied,
+    regression_answers,
+    transported_directions,
+    units,
+)
 from exactlens.cli import main
 from exactlens.constructions import build
 from exactlens.errors import ExactLensError
@@ -157,6 +164,63 @@ def test_choose_dim_and_units() -> None:
     right, changed = units(task, torch.tensor([True, False, True]), torch.tensor([True, True, False]),
                            torch.tensor([False, True, False]), torch.tensor([4, 4, 4]))
     assert right.tolist() == [True, False, False] and changed.tolist() == [True, False, False]
+
+
+def test_regression_units_take_answers_within_rounding_as_one() -> None:
+    """A patch in a rotated basis reaches an exact counterfactual answer by other roundings (1e-14 off):
+    it is right, and an answer that differs only by rounding is no change; a real difference still is."""
+    task = tasks.get("pairs")
+    n_pos = torch.tensor([4, 4])  # words of length 4: positions 1..3 carry a target
+    cf = torch.tensor([[0.0, 0.5, 0.5 + 1e-15, 2.0], [0.0, 2.0, 0.5, 0.5]], dtype=torch.float64)
+    decisions = cf + torch.tensor([[0.0, 1e-14, -1e-14, 1e-14], [0.0, 0.4, 0.0, 1.2]], dtype=torch.float64)
+    base = torch.tensor([[0.0, 0.5 + 2e-15, 2.0, 2.0], [0.0, 0.5, 0.5, 0.5]], dtype=torch.float64)
+    right, changed = units(task, decisions, cf, base, n_pos)
+    assert right.tolist() == [True, True, True, True, True, False]
+    assert changed.tolist() == [False, True, False, True, False, False]
+    _, answer_changed = units(task, decisions, cf, base, n_pos, base_is_decision=False)
+    assert answer_changed.tolist() == changed.tolist()
+    decode, tol = regression_answers(torch.tensor([0.5, 0.5 + 1e-15, 0.5 + 1e-4]))
+    assert 1e-15 < tol < 1e-4 and decode(torch.tensor([0.5, 0.5 + 1e-15, 0.50009])).tolist() == [0, 0, 1]
+
+
+def test_transported_directions_carry_exact_labels_into_a_rotated_basis() -> None:
+    """A rotated copy names no residual dimensions: the least-squares map between the two models'
+    activations (uncentred, sites stacked) carries label e_i to e_i Q, also for tracr-hist's one-hot
+    count hist_2:0..5, whose dimensions sum to a constant at the sites after the MLP writes them."""
+    from types import SimpleNamespace
+
+    exact_model = build("tracr-hist", dtype="float64")
+    q = random_rotation(exact_model.cfg.d_model, torch.Generator().manual_seed(2), fix_ones=True)
+    rotated = rotate_residual(exact_model, q)
+    task = tasks.of_model(exact_model)
+    tokens = task.encode(task.sample(4, 40, torch.Generator().manual_seed(0))).tokens
+    sites = ["blocks.0.hook_resid_pre", "blocks.0.hook_attn_out", "blocks.0.hook_mlp_out", "blocks.0.hook_resid_post"]
+    acts = [{s: c[s].double().numpy() for s in sites} for c in (m.run_with_cache(tokens)[1] for m in (exact_model,
+                                                                                                        rotated))]
+    run = SimpleNamespace(exact_acts=acts[0], trained_acts=acts[1])
+    labels = list(exact_model.cfg.residual_labels)
+    names = ["hist_2:1", "hist_2:2", "hist_2:3"]
+    variables = [SimpleNamespace(name=n, origin="exact") for n in [*names, "hist_2:0"]]  # count 0 never occurs
+    variables.append(SimpleNamespace(name="x", origin="task"))
+    found = transported_directions(variables, SimpleNamespace(model=exact_model, sites=sites),
+                                   [SimpleNamespace(run=run, base=torch.arange(40))])
+    assert sorted(found) == [0, 1, 2]  # hist_2:0 (never set) and the task variable get none
+    for i, name in enumerate(names):
+        assert abs(float(found[i] @ q[labels.index(name)])) > 1 - 1e-9, name
+
+
+def test_tied_exact_counterfactuals_have_no_answer() -> None:
+    """Where an exact label's patched model ties at the top, its answer is argmax's tie-break: no unit."""
+    from types import SimpleNamespace
+
+    task = tasks.get("majority")
+    exact = SimpleNamespace(reader=SimpleNamespace(task=task), exact=True,
+                            model=SimpleNamespace(cfg=SimpleNamespace(torch_dtype=torch.float64)))
+    outputs = torch.tensor([[1.0, 1.0 + 1e-15, 0.0], [2.0, 1.0, 0.0], [0.0, 0.5, 0.5]], dtype=torch.float64)
+    cf = no_answer_where_tied(exact, outputs, outputs.argmax(-1))
+    assert cf.tolist() == [TIED, 0, TIED]
+    right, changed = units(task, torch.tensor([0, 1, 2]), cf, torch.tensor([1, 1, 1]), torch.tensor([5, 5, 5]))
+    assert right.tolist() == [False] and changed.tolist() == [True]
 
 
 def test_cli_options_and_refusals(capsys) -> None:

@@ -65,6 +65,7 @@ from exactlens.tasks import kinds
 
 DETERMINED = 0.99  # a variable whose counterfactual is the source's own answer on this share of pairs
 SITE_KINDS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
+TRANSPORT_RTOL = 1e-10  # singular values below this (relative) do not count in transported_directions
 SPLIT = (0.6, 0.2, 0.2)  # train / validation (chooses k) / test (reported) pairs
 
 
@@ -164,7 +165,7 @@ def exact_variables(exact: Side, features: list[dict[str, Any]]) -> tuple[list[H
             writer = writer_site(exact, site)
             outputs = _patched_outputs(exact, run.tokens[b], writer, direction, run.exact_acts[writer][s.numpy()],
                                        positions, n_pos)
-            return exact.reader.decide(outputs, n_pos)
+            return no_answer_where_tied(exact, outputs, exact.reader.decide(outputs, n_pos))
 
         def base_answer(run: LengthRun, b: torch.Tensor) -> torch.Tensor:
             return exact.reader.decide(run.exact_outputs[b], run.n_positions[b])
@@ -175,6 +176,26 @@ def exact_variables(exact: Side, features: list[dict[str, Any]]) -> tuple[list[H
         out.append(HighLevel(feat["label"], "exact", "position" if scope == "all" else "word", counterfactual,
                              base_answer, {"exact_site": site, "exact_positions": scope}, values))
     return out, skipped
+
+
+TIED = -100  # a counterfactual class with no answer (cross-entropy's ignore_index; units() leaves it out)
+
+
+def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Tensor) -> torch.Tensor:
+    """Argmax decisions of an exact label's patched model, TIED where its two largest logits are equal
+    (within 16 rounding units of its dtype): the exact model's answer there is its argmax's tie-break
+    (the first class), which a copy in another basis breaks by rounding. tracr-hist: patching one
+    dimension of its one-hot count hist_2:0..5 leaves two counts set, whose logits tie; its rotated
+    copy took the other class on 2 of 28 changed test pairs (hist_2:1, 0.93)."""
+    task = exact.reader.task
+    if task.kind not in ("classification", "prediction"):
+        return decisions
+    logits = outputs.double() if task.kind == "classification" else kinds.symbol_outputs(task, outputs).double()
+    if logits.shape[-1] < 2 or logits.shape[:-1] != decisions.shape or not torch.equal(logits.argmax(-1), decisions):
+        return decisions  # not an argmax decision
+    top = logits.topk(2, -1).values
+    tol = kinds.regression_tolerance(exact.model.cfg.torch_dtype, top) if exact.exact else 0.0
+    return torch.where(top[..., 0] - top[..., 1] <= tol, torch.full_like(decisions, TIED), decisions)
 
 
 # ----------------------------------------------------------------------------- pairs and scoring
@@ -280,24 +301,44 @@ def units(task: tasks.Task, decisions: torch.Tensor, cf: torch.Tensor, base: tor
     """(right, changed) over the scored units: one per pair, or one per target position of a pair
     for per-position tasks. ``base``: what the counterfactual is compared with to call a unit changed
     (the model's own unpatched decision, or an answer). Regression decisions (and a base that is a
-    decision) are decoded to the nearest answer of the batch."""
-    if task.kind in ("membership", "classification"):
+    decision) are decoded to the nearest answer of the batch, answers closer than rounding being one
+    (:func:`regression_answers`)."""
+    if task.kind == "classification":  # an exact label's tied counterfactual (TIED) is no unit
+        keep = cf.long() != TIED
+        return (decisions == cf.to(decisions.dtype))[keep], (cf.to(decisions.dtype) != base.to(decisions.dtype))[keep]
+    if task.kind == "membership":
         return decisions == cf.to(decisions.dtype), cf.to(decisions.dtype) != base.to(decisions.dtype)
     width = cf.shape[1]
     valid = task.target_mask(n_positions - task.n_specials, width)
+    if task.kind == "prediction":
+        valid = valid & (cf.long() != TIED)
     decisions, base = decisions[:, :width], base[:, :width]
     if task.kind == "regression":
-        values = torch.unique(cf[valid].double())
-
-        def decode(x: torch.Tensor) -> torch.Tensor:
-            return values[(x.double().unsqueeze(-1) - values).abs().argmin(-1)]
-
-        right = decode(decisions) == cf.double()
-        changed = cf.double() != (decode(base) if base_is_decision else base.double())
+        decode, tol = regression_answers(cf[valid])
+        right = decode(decisions) == decode(cf)
+        changed = decode(cf) != decode(base) if base_is_decision else (cf.double() - base.double()).abs() > tol
     else:
         right = decisions == cf.long()
         changed = cf.long() != base.long()
     return right[valid], changed[valid]
+
+
+def regression_answers(cf: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.Tensor], float]:
+    """(decode, tol): decode maps outputs to the index of the nearest counterfactual answer of ``cf``,
+    answers within tol of each other being one (16 float32 rounding units at the largest answer's size:
+    a patch in another basis, e.g. a rotated copy, reaches the same answer by other roundings, and an
+    exact float32 model is right within this; sm-solution1's rotated self-diff counted 19 % of its
+    exact patches wrong by 1e-14 before)."""
+    values = torch.unique(cf.double())
+    tol = kinds.regression_tolerance(torch.float32, values)
+    if not values.numel():
+        return (lambda x: torch.zeros(x.shape, dtype=torch.long)), tol
+    answer = torch.cat([values.new_zeros(1, dtype=torch.long), torch.cumsum(torch.diff(values) > tol, 0)])
+
+    def decode(x: torch.Tensor) -> torch.Tensor:
+        return answer[(x.double().unsqueeze(-1) - values).abs().argmin(-1)]
+
+    return decode, tol
 
 
 # ----------------------------------------------------------------------------- the model side
@@ -862,7 +903,7 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
     solves = verdicts.solves_task(task, runs, trained, units)
     if settings.warm_steps is not None and not solves["solves"]:  # a timeline's checkpoint: no fit changes it
         return _unsolved(variables, skipped, settings, trained, split_notes, solves)
-    known = known_directions(trained, variables)
+    known = known_directions(trained, variables, exact, train)
     warm = carry.setdefault("alignment_fits", {})  # (site, origin, variable, positions, dim, d) -> basis
     # k = 1..max_dim, and the variable's own dimension where it needs more (classes - 1, a count vector)
     needs = variable_dims(variables, base_cells + extra, trained, train, trained.d_model)
@@ -1017,17 +1058,52 @@ def _fit_steps(settings: Settings, all_warm: bool) -> int | None:
     return settings.warm_steps if settings.warm_steps is not None and all_warm else None
 
 
-def known_directions(side: Side, variables: list[HighLevel]) -> dict[int, torch.Tensor]:
+def known_directions(side: Side, variables: list[HighLevel], exact: Side | None = None,
+                     train: list[PairSet] | None = None) -> dict[int, torch.Tensor]:
     """Where the trained side is itself an exact construction that names its residual dimensions (a
     self-diff), each exact label's own direction (its dimension; e_L - e_-(L) in a doubled residual,
-    :mod:`exactlens.model.labels`): the fit of that label starts from it."""
+    :mod:`exactlens.model.labels`): the fit of that label starts from it. An exact construction that names
+    none (a copy in a rotated residual basis) gets the exact side's label directions carried into its basis
+    (:func:`transported_directions`)."""
     labels = getattr(side.model.cfg, "residual_labels", None) if side.exact else None
     if not labels:
-        return {}
+        return transported_directions(variables, exact, train or []) if side.exact and exact is not None else {}
     out = {}
     for i, v in enumerate(variables):
         if v.origin == "exact" and v.name in labels and list(labels).count(v.name) == 1:
             out[i] = label_direction(labels, v.name)
+    return out
+
+
+def transported_directions(variables: list[HighLevel], exact: Side, train: list[PairSet]) -> dict[int, torch.Tensor]:
+    """Each exact label's dimension e_i carried into the trained side's basis by the least-squares
+    linear map M from the exact model's activations to the trained side's (minimum norm; training base
+    words, every position, the rows of all their common residual sites stacked): e_i M. For a copy in a
+    rotated basis (x -> x Q) M = Q on the span of the activations, so e_i M = e_i Q wherever e_i lies in
+    that span. The rows are not centred and the sites are stacked: labels that sum to a constant at a
+    site (tracr-hist's one-hot count hist_2:0..5) are told apart by the rows of the site before they
+    are written; a probe, which centres, finds only e_i minus their mean, a different patch."""
+    labels = list(getattr(exact.model.cfg, "residual_labels", None) or [])
+    wanted = {i: label_direction(labels, v.name) for i, v in enumerate(variables)
+              if v.origin == "exact" and labels.count(v.name) == 1}
+    xs, ys = [], []
+    for pset in train if wanted else []:
+        words = pset.base.numpy()
+        for site in exact.sites:  # the residual-like sites (not attention patterns)
+            acts, mine = pset.run.exact_acts.get(site), (pset.run.trained_acts or {}).get(site)
+            if acts is not None and mine is not None and len(words):
+                xs.append(acts[words].reshape(-1, acts.shape[-1]))
+                ys.append(mine[words].reshape(-1, mine.shape[-1]))
+    if not xs:
+        return {}
+    x, y = torch.as_tensor(np.concatenate(xs)), torch.as_tensor(np.concatenate(ys))
+    keep = torch.isfinite(x).all(1) & torch.isfinite(y).all(1)
+    carry = torch.linalg.pinv(x[keep], rtol=TRANSPORT_RTOL) @ y[keep]  # [d_exact, d_trained]
+    out = {}
+    for i, own in wanted.items():
+        direction = own.to(carry.dtype) @ carry
+        if float(direction.norm()) > TRANSPORT_RTOL * max(float(carry.norm()), 1e-300):
+            out[i] = direction / direction.norm()
     return out
 
 
@@ -1068,9 +1144,10 @@ def source_determined(task: tasks.Task, train: list[PairSet], i: int) -> float:
         cf = pset.cf[i]
         own = pset.run.truth[pset.source]
         if task.kind in ("membership", "classification"):
-            same.append((cf.long() == own.long()).reshape(-1))
+            same.append((cf.long() == own.long())[cf.long() != TIED].reshape(-1))
         else:
             valid = task.target_mask(pset.run.n_positions[pset.base] - task.n_specials, cf.shape[1])
+            valid = valid & (cf.long() != TIED) if task.kind == "prediction" else valid
             same.append((cf.double() == own.double())[valid])
     joined = torch.cat(same) if same else torch.zeros(0, dtype=torch.bool)
     return float(joined.double().mean()) if joined.numel() else 0.0
