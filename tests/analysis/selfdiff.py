@@ -5,6 +5,7 @@ tests/analysis/test_alignment_selfdiff.py and the measurement in docs/diff.md.""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,18 +36,18 @@ SWEEP_PARAMS = {"majority": {"num_classes": 3}, "first-flawed": {"c": 3.0}}
 # Dyck-k-D's match-and-cancel circuit (dyck1-depth2 is k = 1, D = 2) never holds "balance" or "violation" apart:
 # it cancels matched pairs at every position and averages what stays active into one scalar at [CLS],
 # A = (#unmatched opens + #unmatched closes) / n, the only word-level quantity the readout position holds
-# (before the last layer [CLS] holds nothing the answer depends on). A patch there sets A to
-# (1 - c) A_base + c A_source, so a pair changes to the source's answer or not at all: the IIA on changed
-# pairs is at most the share whose counterfactual is the source's answer. Over 10 seeds of the self-diff's
-# words and pairs (lengths 4-10, 64 words and 64 pairs per length; 2026-11-26): k = 1, D = 2: balance
-# 0.971 of 526 changed training pairs (0.977 of 128 test), violation 0.936 of 488 (0.874 of 151 test);
-# k = 2, D = 2: balance 0.962 of 339 (0.966 of 117 test), violation 0.928 of 305 (0.931 of 101 test).
-# Training IIA below 0.99 makes a fit "unconverged"; a seed's few changed test pairs (6-12) decide the
-# rest (seed 0: dyck1-depth2's balance 7 of 7, violation 4 of 6; dyck-k-D's balance 11 of 12, violation
-# 9 of 9 with 28 of 30 training pairs).
-_CANCEL = ("the match-and-cancel circuit holds only A = #unmatched / n at [CLS], where a patch gives the source's "
-           "answer or none: the IIA on changed pairs is capped at the share whose counterfactual is the source's "
-           "answer")
+# (besides 1/n and the first brackets' bits that its right-looking heads copy). A patch of A sets it to
+# (1 - c) A_base + c A_source, so a pair changes to the source's answer or not at all: its IIA on changed
+# pairs is at most the share whose counterfactual is the source's answer (the self-diff's fits stayed
+# below it). Over 10 seeds of the self-diff's words and pairs (lengths 4-10, 64 words and 64 pairs per
+# length; 2026-11-26): k = 1, D = 2: balance 0.971 of 526 changed training pairs (0.977 of 128 test),
+# violation 0.936 of 488 (0.874 of 151 test); k = 2, D = 2: balance 0.962 of 339 (0.966 of 117 test),
+# violation 0.928 of 305 (0.931 of 101 test). Training IIA below 0.99 makes a fit "unconverged"; a seed's
+# few changed test pairs (6-12) decide the rest (seed 0: dyck1-depth2's balance 7 of 7, violation 4 of 6;
+# dyck-k-D's balance 11 of 12, violation 9 of 9 with 28 of 30 training pairs).
+_CANCEL = ("the match-and-cancel circuit holds only A = #unmatched / n at [CLS], where a patch of A gives the "
+           "source's answer or none: its IIA on changed pairs is at most the share whose counterfactual is the "
+           "source's answer")
 NOT_COMPUTED = {("palindrome", "mirror symbol"): "it compares each mirror pair once, at [CLS]: one half's swap "
                 "realizes the AND over both halves on 92-97 % of changed pairs, so the verdict is the sample's",
                 ("dyck1-depth2", "balance"): f"{_CANCEL} (0.971 of 526 changed training pairs over 10 seeds)",
@@ -81,7 +82,7 @@ def held_sites(name: str, label: str, exact_site: str, sites: Sequence[str]) -> 
     label (its queries, keys, values or FFN input), where no other component writes it: the exact
     circuit holds the label there as written, and swapping its dimension there is the same intervention
     as at ``exact_site`` (the swap the label's counterfactual is defined by)."""
-    model = build(name, dtype="float64", **SWEEP_PARAMS.get(name, {}))
+    model = _unrotated(name)
     labels = [model.residual_label(i) for i in range(model.cfg.d_model)]
     if label not in labels or len(_writers(name, label)) != 1:
         return []
@@ -172,10 +173,16 @@ def judge(name: str, result: dict[str, Any]) -> dict[str, Any]:
     return {"verdicts": verdicts, "failures": failures, "exempt": exempt, "seconds": result.get("seconds")}
 
 
+@functools.lru_cache(maxsize=4)
+def _unrotated(name: str) -> Any:
+    """The construction as the sweep builds it (its labels name the residual dimensions)."""
+    return build(name, dtype="float64", **SWEEP_PARAMS.get(name, {}))
+
+
 def _writers(name: str, label: str) -> list[str]:
     """The parts of the (unrotated) construction that write residual label ``label``: "embedding" and
     each layer's attention or FFN whose output weights or bias touch its dimension."""
-    model = build(name, dtype="float64", **SWEEP_PARAMS.get(name, {}))
+    model = _unrotated(name)
     labels = [model.residual_label(i) for i in range(model.cfg.d_model)]
     if label not in labels:
         return []
