@@ -132,10 +132,6 @@ def judge(name: str, result: dict[str, Any]) -> dict[str, Any]:
         if not line.get("changed_pairs"):
             exempt[key] = "untestable: no test pair changes the answer through it"
             continue
-        if line["changed_pairs"] < FEW_PAIRS and line["verdict"] == "not found" and (line["iia"] or 0) >= SELF_IIA:
-            exempt[key] = (f"untestable here: right on all {line['changed_pairs']} changed test pair(s), too few for "
-                           "the interval to clear its baselines")
-            continue
         determined = (info.get("source_determined") or 0) >= 0.99
         if determined and origin == "exact" and info.get("exact_positions") != "all":
             exempt[key] = "the answer itself at the readout position (indistinguishable by design)"
@@ -168,7 +164,12 @@ def judge(name: str, result: dict[str, Any]) -> dict[str, Any]:
             if not any(r["verdict"] == "computed" and (r["iia_changed"] or 0) >= SELF_IIA for r in at):
                 best = max((r["iia_changed"] or 0 for r in at), default=None)
                 problems.append(f"not computed at the circuit's site {sorted(sites)} (best IIA there {best})")
-        if problems:
+        if problems and line["changed_pairs"] < FEW_PAIRS and (line["iia"] or 0) >= SELF_IIA:
+            # right on all of a few pairs, where the interval (or a row at the circuit's site) cannot clear its
+            # baselines
+            exempt[key] = (f"untestable here: right on all {line['changed_pairs']} changed test pair(s), too few for "
+                           "the interval to clear its baselines")
+        elif problems:
             failures[key] = "; ".join(problems)
     return {"verdicts": verdicts, "failures": failures, "exempt": exempt, "seconds": result.get("seconds")}
 
