@@ -5,10 +5,12 @@ orthogonal matrix (``model.basis.rotate_residual``: it folds Q into W_E, W_pos, 
 W_in, W_out, W_U; post-LN models get a rotation that fixes the all-ones vector, which commutes with
 layer norm's centring, so every construction has one): every variable the construction computes is
 "computed" with IIA >= 0.95 on changed test pairs, an exact label at the site where the circuit
-computes it (:mod:`selfdiff`). Exempt, with the reason recorded: a variable no test pair changes the
+computes it (its writer's output or residual, or a later residual site where it stays as written until
+read; :mod:`selfdiff`). Exempt, with the reason recorded: a variable no test pair changes the
 answer through, a label only the readout position holds whose counterfactual is the answer itself
 (FIRST's s: "indistinguishable from the answer" is the honest verdict there), an answer-determined
-variable computed only where (or first written where) the answer reaches the readout, and a task
+variable computed only where (or first written where) the answer reaches the readout, an
+answer-determined label summed from several writers (Dyck-k-D's "active"), and a task
 variable the construction does not compute exactly (``selfdiff.NOT_COMPUTED``, with its measured rates).
 Measured table: docs/diff.md, "How to read the alignment".
 """
@@ -131,3 +133,36 @@ def test_pairs_take_every_answer_equally_often() -> None:
     regression = torch.linspace(0, 1, 16)  # no discrete answer: uniform bases
     base, source = draw_pairs(regression, 400, np.random.default_rng(0))
     assert len(set(base.tolist())) == 16 and (base != source).all()
+
+
+def test_self_diff_judge_knows_writers_and_where_a_label_is_held() -> None:
+    """Dyck-k-D's "active" is summed from the embedding and both match FFNs (no component output holds
+    it); L1_open, written by the first attention, stays as written up to the FFN that reads it (the
+    residual sites where swapping its dimension is the same intervention); Dyck-1's b is read at once."""
+    from selfdiff import _writers, held_sites
+
+    assert _writers("dyck1-depth2", "active") == ["embedding", "blocks.1.mlp", "blocks.3.mlp"]
+    assert _writers("dyck1-depth2", "L1_open") == ["blocks.0.attn"]
+    sites = [f"blocks.{layer}.{kind}" for layer in range(5) for kind in
+             ("hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")]
+    assert held_sites("dyck1-depth2", "L1_open", "blocks.0.hook_resid_mid", sites) == [
+        "blocks.0.hook_resid_post", "blocks.1.hook_resid_mid"]
+    assert held_sites("dyck1-depth2", "active", "blocks.3.hook_resid_post", sites) == []  # several writers
+    assert held_sites("dyck1", "b", "blocks.0.hook_resid_mid", sites) == []  # its FFN reads it there
+
+
+def test_cancellation_circuit_holds_no_violation_apart_from_balance() -> None:
+    """selfdiff.NOT_COMPUTED's Dyck rows: the match-and-cancel circuit answers from one scalar at [CLS],
+    A = #unmatched / n, so a base "())(" (balanced, a violation) with its violation taken from "(((("
+    (none, unbalanced) cannot be accepted by any patch of A (both are > 0) while the high-level model
+    accepts it."""
+    from exactlens.constructions import build
+
+    model = build("dyck1-depth2", dtype="float64")
+    task = tasks.of_model(model)
+    ids = torch.tensor([[0, 1, 1, 0], [0, 0, 0, 0]])
+    batch = task.encode(ids)
+    unmatched = model.select_readout(model(batch.tokens), batch.n_positions)[:, 0]
+    assert (unmatched > 0).all()  # both rejected, whatever mix of their A a patch makes
+    violation = {v.name: v for v in task.variables()}["violation"]
+    assert bool(violation.counterfactual(ids[:1], ids[1:])[0])  # the high-level model accepts
