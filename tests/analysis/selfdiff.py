@@ -146,6 +146,12 @@ def judge(name: str, result: dict[str, Any]) -> dict[str, Any]:
         if determined and origin == "exact" and info.get("exact_positions") != "all":
             exempt[key] = "the answer itself at the readout position (indistinguishable by design)"
             continue
+        if determined and line["verdict"] == "indistinguishable from the answer" and \
+                line["changed_pairs"] < MIN_CHANGED_PAIRS:
+            # its localization rows (every position of a component output) are "too few pairs" at best
+            exempt[key] = (f"untestable here: answer-determined, {line['changed_pairs']} changed test pair(s), too few "
+                           "for its localization to be computed anywhere")
+            continue
         if determined and line["verdict"] == "indistinguishable from the answer" and _only_where_answer_arrives(
                 result, origin, variable):
             exempt[key] = "computed only where the answer reaches the readout (indistinguishable by design)"
