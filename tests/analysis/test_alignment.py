@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from samples import construction_sample
@@ -207,6 +208,11 @@ def test_transported_directions_carry_exact_labels_into_a_rotated_basis() -> Non
     assert sorted(found) == [0, 1, 2]  # hist_2:0 (never set) and the task variable get none
     for i, name in enumerate(names):
         assert abs(float(found[i] @ q[labels.index(name)])) > 1 - 1e-9, name
+    # a model that is no linear copy of the exact one (a trained model's activations: here the copy's, bent by
+    # a nonlinearity) gets no carried direction, and so keeps its probe starts
+    bent = SimpleNamespace(exact_acts=acts[0], trained_acts={k: np.tanh(v) for k, v in acts[1].items()})
+    assert transported_directions(variables, SimpleNamespace(model=exact_model, sites=sites),
+                                  [SimpleNamespace(run=bent, base=torch.arange(40))]) == {}
 
 
 def test_tied_exact_counterfactuals_have_no_answer() -> None:

@@ -66,6 +66,7 @@ from exactlens.tasks import kinds
 DETERMINED = 0.99  # a variable whose counterfactual is the source's own answer on this share of pairs
 SITE_KINDS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
 TRANSPORT_RTOL = 1e-10  # singular values below this (relative) do not count in transported_directions
+TRANSPORT_EXACT = 1e-6  # relative misfit above which the trained side is no linear copy of the exact one
 SPLIT = (0.6, 0.2, 0.2)  # train / validation (chooses k) / test (reported) pairs
 
 
@@ -1082,7 +1083,9 @@ def transported_directions(variables: list[HighLevel], exact: Side, train: list[
     rotated basis (x -> x Q) M = Q on the span of the activations, so e_i M = e_i Q wherever e_i lies in
     that span. The rows are not centred and the sites are stacked: labels that sum to a constant at a
     site (tracr-hist's one-hot count hist_2:0..5) are told apart by the rows of the site before they
-    are written; a probe, which centres, finds only e_i minus their mean, a different patch."""
+    are written; a probe, which centres, finds only e_i minus their mean, a different patch. Only where
+    M maps the exact activations onto the trained side's exactly (relative misfit <= TRANSPORT_EXACT): a
+    trained model is no linear image of the exact one, and its fits keep their probe starts."""
     labels = list(getattr(exact.model.cfg, "residual_labels", None) or [])
     wanted = {i: label_direction(labels, v.name) for i, v in enumerate(variables)
               if v.origin == "exact" and labels.count(v.name) == 1}
@@ -1099,6 +1102,9 @@ def transported_directions(variables: list[HighLevel], exact: Side, train: list[
     x, y = torch.as_tensor(np.concatenate(xs)), torch.as_tensor(np.concatenate(ys))
     keep = torch.isfinite(x).all(1) & torch.isfinite(y).all(1)
     carry = torch.linalg.pinv(x[keep], rtol=TRANSPORT_RTOL) @ y[keep]  # [d_exact, d_trained]
+    misfit = float((x[keep] @ carry - y[keep]).norm()) / max(float(y[keep].norm()), 1e-300)
+    if misfit > TRANSPORT_EXACT:  # not a copy of the exact model in another basis (e.g. a trained model)
+        return {}
     out = {}
     for i, own in wanted.items():
         direction = own.to(carry.dtype) @ carry
