@@ -8,7 +8,9 @@ printed and recorded in ``findings.json``):
     exact ``first`` (and, for the scaled runs, ``first-log``).
 (b) Brody et al. MAJORITY (the ``majority`` preset: a [CLS] classifier of 20 classes, |w| = 50) with
     layer norm ``full`` (projection + scaling) and ``scale_only`` (no projection); timeline against
-    the exact ``majority`` (uniform averaging of the class one-hots: the counting variables).
+    the exact ``majority`` (uniform averaging of the class one-hots: the counting variables). The same
+    for the task as the paper trains it (``majority-per-position``: every position, margin >= 6), against
+    the exact ``majority-per-position``.
 
 Step 1 trains (``train``: every run through ``exactlens train ... --checkpoints log:N`` into
 ``OUT/runs/NAME``); step 2 (``timelines``) runs the timeline (``exactlens timeline SEED_DIR --against NAME``,
@@ -42,8 +44,14 @@ RUNS = {
     "first-scaled": ("first", [*FIRST_OPTIONS, "--scaled"], "first"),
     "majority-full": ("majority", [*MAJORITY_OPTIONS, "--layer-norm", "full"], "majority"),
     "majority-scale_only": ("majority", [*MAJORITY_OPTIONS, "--layer-norm", "scale_only"], "majority"),
+    # the task as Brody et al. train it (every position, margin >= 6): the preset's own budget (600 Adam steps)
+    "majority-pp-full": ("majority-per-position", ["--eval-every", "0", "--layer-norm", "full"],
+                         "majority-per-position"),
+    "majority-pp-scale_only": ("majority-per-position", ["--eval-every", "0", "--layer-norm", "scale_only"],
+                               "majority-per-position"),
 }
-QUICK = {"first": ["--epochs", "30", "--test-strings", "20"], "majority": ["--epochs", "2", "--test-strings", "100"]}
+QUICK = {"first": ["--epochs", "30", "--test-strings", "20"], "majority": ["--epochs", "2", "--test-strings", "100"],
+         "majority-per-position": ["--epochs", "3", "--test-strings", "100"]}
 SEEDS = "0:2"  # inclusive: seeds 0, 1, 2
 CHECKPOINTS = "log:16"
 
@@ -76,7 +84,7 @@ def train_all(out: Path, names: list[str], quick: bool, seeds: str) -> dict[str,
 TIMELINE = {"strings": 16, "alignment_pairs": 16, "das_steps": 30}
 QUICK_TIMELINE = {"strings": 8, "alignment_pairs": 8, "das_steps": 10}
 # the compared lengths: the training length; the long ones: FIRST's test length (Fig. 4), twice MAJORITY's
-LENGTHS = {"first": ([10], [1000]), "majority": ([50], [100])}
+LENGTHS = {"first": ([10], [1000]), "majority": ([50], [100]), "majority-per-position": ([50], [100])}
 
 
 def chosen_checkpoints(seed_dir: Path, most: int) -> list:
@@ -172,6 +180,7 @@ def summary(out: Path) -> list[dict]:
                        "verdict": {k: (v or {}).get("verdict") for k, v in (c.get("verdicts") or {}).items()},
                        "cls_to_first": (c.get("attention") or {}).get("cls_to_first"),
                        "cls_to_first_exact": (c.get("attention") or {}).get("cls_to_first_exact"),
+                       "tv_distance": (c.get("attention") or {}).get("tv_distance"),
                        "circuit_overlap": c.get("circuit_overlap")} for c in data.get("checkpoints") or []],
         })
     for row in rows:

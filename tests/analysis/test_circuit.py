@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from exactlens.analysis.circuit.ablation import aligned_positions, check_circuit, make_batch, mark_constant
-from exactlens.analysis.circuit.discovery import discover
+from exactlens.analysis.circuit.correspond import compare_with_circuit
+from exactlens.analysis.circuit.discovery import Discovery, discover
 from exactlens.analysis.circuit.evaluate import (
     circuit_report,
     default_lengths,
     discover_report,
+    exact_circuit,
     shared_longest,
     source_length,
     word_batches,
@@ -375,6 +377,33 @@ def test_trained_model_against_the_exact_circuit():
     # a construction of another task is refused, naming both tasks
     with pytest.raises(ExactLensError, match="different tasks.*dyck.*k=1.*parity"):
         discover_report(trained, "eap", against="parity", lengths=[2, 3], words=8)
+
+
+def test_a_relative_cut_is_taken_between_components_in_a_post_ln_graph():
+    """EAP's cut is 1 % of the largest edge score. In a trained post-LN FIRST the largest is the last
+    norm's edge into the output, which every path crosses (6.1 against 0.013 for the next, measured), so
+    the raw selection was that edge alone and nothing between components. Planted: post-LN FIRST's own
+    EAP scores with that edge made 10^4 times the largest. The raw selection keeps it alone; the
+    comparison between components, whose cut is taken among the joined edges, still finds exactly
+    plain FIRST's circuit. A method with an absolute cut keeps its own selection."""
+    lengths = [1, 2, 3, 4, 6, 8]
+    ln, plain = build("first-ln", dtype="float64"), build("first", dtype="float64")
+    graph, p_graph = model_graph(ln), model_graph(plain)
+    found = discover(ln, graph, word_batches(ln, graph, lengths, 32), "eap")
+    truth = exact_circuit(plain, p_graph, word_batches(plain, p_graph, lengths, 32))
+    before = compare_with_circuit(graph, found, truth)["edges"]["between_components"]
+    assert before["jaccard"] == 1.0
+    last = max((e for e in graph.edges if e.receiver == "output"), key=lambda e: found.edge_scores[e])
+    assert last.sender.endswith("LN2")
+    scores = {**found.edge_scores, last: 1e4 * max(found.edge_scores.values())}
+    top = max(scores.values())
+    cut = {e for e, v in scores.items() if v > found.threshold * top}
+    assert cut == {last}
+    planted = Discovery("eap", found.granularity, scores, found.node_scores, cut, found.threshold)
+    joined = compare_with_circuit(graph, planted, truth)["edges"]["between_components"]
+    assert (joined["jaccard"], joined["shared_edges"]) == (1.0, before["shared_edges"])
+    absolute = Discovery("file", found.granularity, scores, found.node_scores, cut, 0.0)
+    assert compare_with_circuit(graph, absolute, truth)["edges"]["between_components"]["found"] == 0
 
 
 def test_against_a_construction_of_another_shape():

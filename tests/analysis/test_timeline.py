@@ -51,6 +51,15 @@ def test_events_are_the_first_step_from_which_a_condition_holds() -> None:
     none = events([_row(0, 0.5, False, 0.0), _row(10, 1.0, True, 0.0)])
     assert none["circuit"] is None and none["circuit_final_edge_jaccard"] == 0
     assert none["order"].endswith("the discovered circuit shares no edge with the exact one at the last checkpoint")
+    # a metric no checkpoint measured (its part not asked for) is "not measured", never "never"
+    unasked = [{**_row(0, 0.0, False, 0.5), "accuracy": None}, {**_row(10, 0.0, False, 0.5), "accuracy": None}]
+    quiet = events(unasked, [64])
+    assert quiet["behaviour"] is None and quiet["not_measured"] == ["behaviour"]
+    never = "never by the last checkpoint: w1 computed, length generalisation (accuracy 0.99 at lengths 64);"
+    assert never in quiet["order"]
+    assert quiet["order"].endswith("; not measured: accuracy 0.99") and "never by the last checkpoint: accuracy" \
+        not in quiet["order"]
+    assert found["not_measured"] == []
 
 
 def test_the_request_is_the_diffs_fields_with_the_timelines() -> None:

@@ -62,6 +62,9 @@ class Construction:
     # the builder parameter that sets the longest |w| (tracr's max_seq_len): the limit of each built model
     # (its metadata "max_length"); ``list`` shows its default as max_length
     max_length_param: str | None = None
+    # the builder parameter that sets the shortest |w| (majority-per-position's min_margin: a shorter word
+    # cannot lead by the margin); ``list`` shows its default as min_length
+    min_length_param: str | None = None
     _builder: Callable[..., ExactTransformer] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -204,7 +207,8 @@ class Construction:
             "paper": self.paper,
             "summary": self.summary,
             "parameters": self.defaults(),
-            "min_length": max(self.min_length, task_min),
+            "min_length": max(self.min_length, task_min, self.defaults()[self.min_length_param]
+                              if self.min_length_param else 0),
             "max_length": self.stated_max_length(),
             "decision_rule": self.decision_rule,
         }

@@ -11,7 +11,9 @@ layer. With the exact circuit's constant edges (the ablation used cannot move th
   edges through its norms have none in a pre-LN model); AUROC of the trained edge scores.
 * ``edges.between_components``: the same with each post-LN norm chain joined into edges between
   the components it connects (sender -> norms -> receiver is the edge sender -> receiver, scored by
-  its weakest edge), on both sides: comparable when one model is post-LN and the other is not.
+  its weakest edge), on both sides: comparable when one model is post-LN and the other is not. A
+  method with a relative cut (EAP, EAP-IG) selects among these joined edges by its cut relative to the
+  largest of them (the largest raw edge of a post-LN graph is its last norm's, which every path crosses).
 * ``nodes``: the exact circuit's heads, MLPs and embeddings against the trained nodes that send a
   selected edge (norms are left out, so that a pre-LN model can be compared with a post-LN circuit);
   AUROC of the trained node scores.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exactlens.analysis.circuit.discovery import Discovery
+from exactlens.analysis.circuit.discovery import RELATIVE_CUT, Discovery
 from exactlens.analysis.circuit.graph import Edge, ModelGraph
 from exactlens.analysis.circuit.scoring import auroc, set_overlap
 from exactlens.analysis.circuit.truth import Circuit
@@ -87,7 +89,15 @@ def _component_overlap(t_graph: ModelGraph, found: Discovery, truth: Circuit,
     """The edge overlap between components (norm chains joined into edges on both sides)."""
     e_graph = truth.graph
     t_scores = between_components(t_graph, dict(found.edge_scores))
-    t_selected = set(between_components(t_graph, {e: 1.0 for e in found.selected}))
+    if found.method in RELATIVE_CUT and t_scores:
+        # A relative cut is taken among the edges compared. In a post-LN graph the largest raw score is the
+        # last norm's edge into the output, which every path crosses: 1 % of it can drop every edge between
+        # components (measured: a trained post-LN FIRST kept only L1.LN2 -> output). Without norms the
+        # joined scores are the raw ones and this is the method's own selection.
+        top = max(t_scores.values())
+        t_selected = {e for e, v in t_scores.items() if top > 0 and v > found.threshold * top}
+    else:
+        t_selected = set(between_components(t_graph, {e: 1.0 for e in found.selected}))
     e_all = set(between_components(e_graph, {e: 1.0 for e in e_graph.edges}))
     flags = between_components(e_graph, {c.edge: 0.0 if c.constant else 1.0 for c in truth.edges})
     positive = {e for e, v in flags.items() if v == 1.0}

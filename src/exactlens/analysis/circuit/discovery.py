@@ -43,6 +43,8 @@ DEFAULT_THRESHOLD = {"patching": 1e-3, "eap": 1e-2, "acdc": 1e-3, "eap-ig-inputs
                      "edge-patching": 1e-3}
 """Each method's own cut: divergence (patching, edge-patching, acdc) or score relative to the largest
 (eap and EAP-IG)."""
+RELATIVE_CUT = ("eap", "eap-ig-inputs", "eap-ig-activations")
+"""The methods whose cut is relative to the largest score."""
 DEFAULT_IG_STEPS = 5  # MIB's EAP-IG default
 
 

@@ -55,6 +55,9 @@ def events(rows: list[dict[str, Any]], long_lengths: list[int] | None = None) ->
     final = _circuit(rows[-1]) if rows else None
     # no overlap at the end is no event (settling on 0 from step 0 would date nothing)
     circuit = None if not final else settled_from(rows, lambda r: _circuit(r) == final)
+    # a metric no checkpoint measured (its part not asked for) has no event and is not "never"
+    unmeasured = [key for key, field in (("behaviour", "accuracy"), ("long_behaviour", "long_accuracy"))
+                  if all(row.get(field) is None for row in rows)]
     out = {
         "variables": variables,
         "behaviour": None if behaviour is None else behaviour["step"],
@@ -62,6 +65,7 @@ def events(rows: list[dict[str, Any]], long_lengths: list[int] | None = None) ->
         "circuit": None if circuit is None else circuit["step"],
         "circuit_final_edge_jaccard": final,
         "thresholds": {"computed_iia_ci_lower": COMPUTED_LOWER, "accuracy": BEHAVIOUR_AT},
+        "not_measured": unmeasured,
     }
     out["order"] = order_sentence(out, long_lengths)
     return out
@@ -73,7 +77,9 @@ def order_sentence(found: dict[str, Any], long_lengths: list[int] | None = None)
         if long_lengths else "length generalisation"
     named: list[tuple[str, Any]] = [(f"{name} computed", v["step"] if v else None)
                                     for name, v in found["variables"].items()]
-    named += [(f"accuracy {BEHAVIOUR_AT}", found["behaviour"]), (long_text, found["long_behaviour"])]
+    unmeasured = set(found.get("not_measured") or ())
+    behaviours = [(f"accuracy {BEHAVIOUR_AT}", "behaviour"), (long_text, "long_behaviour")]
+    named += [(text, found[key]) for text, key in behaviours if key not in unmeasured]
     if found.get("circuit_final_edge_jaccard"):
         named.append((f"circuit overlap at its final value (edge Jaccard {found['circuit_final_edge_jaccard']:.2f})",
                       found["circuit"]))
@@ -90,6 +96,8 @@ def order_sentence(found: dict[str, Any], long_lengths: list[int] | None = None)
         sentence = "".join(parts)
     if never:
         sentence += "; never by the last checkpoint: " + ", ".join(never)
+    if unmeasured:
+        sentence += "; not measured: " + ", ".join(text for text, key in behaviours if key in unmeasured)
     if found.get("circuit_final_edge_jaccard") == 0:
         sentence += "; the discovered circuit shares no edge with the exact one at the last checkpoint"
     return sentence

@@ -15,6 +15,10 @@ def _classes(p: dict) -> dict:
     return {"num_classes": p["num_classes"]}
 
 
+def _margin_classes(p: dict) -> dict:
+    return {"num_classes": p["num_classes"], "min_margin": p["min_margin"]}
+
+
 def register() -> None:
     from exactlens import tasks
     from exactlens.constructions.registry import Construction
@@ -29,6 +33,11 @@ def register() -> None:
         "majority", "majority", f"{_HERE}.majority:majority", f"{BRODY} §4.1",
         "most frequent of num_classes classes: uniform attention, logits (count_c - c/k)/n at CLS",
         task_params=_classes, parameters={"num_classes": 20}))
+    register_construction(Construction(
+        "majority-per-position", "majority-margin", f"{_HERE}.majority:majority_per_position", f"{BRODY} §4.1",
+        "the word's majority class at every position (majority-margin): uniform attention, logits count_c/n",
+        min_length=1, task_params=_margin_classes, parameters={"num_classes": 20, "min_margin": 6},
+        min_length_param="min_margin"))
     register_preset(lazy(
         f"{_HERE}.majority:MAJORITY_PRESET", task="majority", paper=f"{BRODY}, §4.1, App. E.1",
         summary="MAJORITY: 1 layer, d = 8, 20 classes, |w| = 50, logits at CLS; layer norm full / scale_only / none"),

@@ -57,6 +57,27 @@ def majority(num_classes: int = 20, dtype: str = "float32") -> ExactTransformer:
     return model
 
 
+def majority_per_position(num_classes: int = 20, min_margin: int = 6, dtype: str = "float32") -> ExactTransformer:
+    """§4.1 as the paper frames the task (``majority-margin``: the word's majority class at every
+    position, no [CLS]): the same exact averaging at every position. One layer, q = k = 0 and no mask, so
+    every position attends 1/n to every position and reads frac_c = count_c / n; logit_c = frac_c. The
+    task's words have a majority leading the runner-up by >= min_margin >= 1 counts, so the winner leads
+    by >= 1/n and there is no tie to break (without [CLS] there is no 1/n feature for the [CLS]
+    construction's tie-break). ``min_margin`` does not change the weights; it names the task (the
+    preset's words: 6)."""
+    lang = MarginMajority(num_classes, min_margin)
+    classes = lang.classes
+    embedding = {c: {f"is_{c}": 1.0} for c in classes}
+    values = {f"frac_{c}": f"is_{c}" for c in classes}
+    layer = Layer(heads=(att.uniform_average(values, name="average"),), mask="none", weighting="softmax")
+    readout = Readout({c: {f"frac_{c}": 1.0} for c in classes}, kind="per_position")
+    program = Program(vocab=lang.vocab, embedding=embedding, layers=(layer,), readout=readout,
+                      name="majority-per-position")
+    model = compile(program, dtype)
+    model.cfg.metadata.update(decision="argmax class at every position")
+    return model
+
+
 # ---- Fig. 2b: the angle between the CLS query and the ones vector -------------------------------
 
 
@@ -154,6 +175,29 @@ class MarginMajority(Majority):
         """Top count minus the second-largest count, [B] (0 on a tie)."""
         top2 = self.counts(symbol_ids).topk(2, dim=1).values
         return top2[:, 0] - top2[:, 1]
+
+    def all_words(self, length: int) -> torch.Tensor:
+        """Every word of the task at this length: those whose majority leads by >= min_margin (the
+        others have no answer here; a tied word none at all)."""
+        words = super().all_words(length)
+        return words[self.margins(words) >= self.min_margin]
+
+    def hard_words(self, length: int) -> torch.Tensor:
+        """The task's closest words: the last class (which loses every tie) leads class 0 by exactly
+        min_margin, in three orders (winner first, last, interleaved), padded with at most one symbol
+        of class 1; and the all-last-class word. With two classes a word's margin has its length's
+        parity, so where min_margin has the other one the pad is the winner's (margin min_margin + 1)."""
+        self.check_length(length)
+        k, last, m = self.num_classes, self.num_classes - 1, self.min_margin
+        rows: list[list[int]] = [[last] * length]
+        runner = (length - m) // 2  # class 0's count; the last class has runner + m
+        if runner >= 1:
+            filler = [1 if k > 2 else last] * (length - 2 * runner - m)  # 0 or 1 symbol
+            winner, second = [last] * (runner + m), [0] * runner
+            rows += [winner + second + filler, second + filler + winner,
+                     [s for pair in zip(second, winner, strict=False) for s in pair] + winner[runner:] + filler]
+        words = torch.tensor(rows, dtype=torch.long)
+        return words[self.margins(words) >= m]
 
     def sample(self, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
         self.check_length(length)
