@@ -15,7 +15,8 @@ printed and recorded in ``findings.json``):
 Step 1 trains (``train``: every run through ``exactlens train ... --checkpoints log:N`` into
 ``OUT/runs/NAME``); step 2 (``timelines``) runs the timeline (``exactlens timeline SEED_DIR --against NAME``,
 in this process) on the chosen seeds' runs and writes ``OUT/timelines/NAME-seedS.json``; step 3
-(``summary``) prints the events and the checkpoints' own test accuracy and writes ``OUT/findings.json``.
+(``summary``) prints the events and the checkpoints' own test accuracy and writes ``OUT/findings.json`` (and,
+where the per-position MAJORITY runs have their attention timelines, ``OUT/majority-projection.png``).
 ``all`` does the three in order.
 
 Usage: PYTHONPATH=src nice -n 10 python benchmarks/formation_findings.py all --out /tmp/formation [--quick]
@@ -188,6 +189,59 @@ def summary(out: Path) -> list[dict]:
     return rows
 
 
+def projection_figure(out: Path, runs: tuple[str, ...] = ("majority-pp-full", "majority-pp-scale_only")) -> Path | None:
+    """Finding (b) in one picture: per variant, the mean over seeds (band: min-max) of the TV distance of the
+    head's attention to the exact (uniform) head, from the ``--tag attention`` timelines, and of the
+    checkpoints' test accuracy (index.jsonl), against the step (symlog). OUT/majority-projection.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.5), sharex=True)
+    drawn = False
+    for name, colour in zip(runs, ("tab:blue", "tab:orange"), strict=False):
+        tv, accuracy = {}, {}
+        for path in sorted((out / "timelines").glob(f"{name}-seed*-attention.json")):
+            for row in json.loads(path.read_text(encoding="utf-8"))["checkpoints"]:
+                values = list(((row.get("attention") or {}).get("tv_distance") or {}).values())
+                if values:
+                    tv.setdefault(row["step"], []).append(sum(values) / len(values))
+        for index in sorted((out / "runs" / name).glob("seed*/checkpoints/index.jsonl")):
+            for line in index.read_text(encoding="utf-8").splitlines():
+                row = json.loads(line)
+                if row.get("test_accuracy") is not None:
+                    accuracy.setdefault(row["step"], []).append(row["test_accuracy"])
+        label = name.removeprefix("majority-pp-")
+        for axis, series in ((top, tv), (bottom, accuracy)):
+            if not series:
+                continue
+            steps = sorted(series)
+            mean = np.array([np.mean(series[k]) for k in steps])
+            axis.plot(steps, mean, color=colour, marker="o", ms=3, label=f"{label} ({len(series[steps[-1]])} seeds)")
+            axis.fill_between(steps, [min(series[k]) for k in steps], [max(series[k]) for k in steps],
+                              color=colour, alpha=0.2)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    top.set_ylabel("TV distance to uniform attention")
+    bottom.set_ylabel("test accuracy (every position)")
+    bottom.set_xlabel("optimizer step (symlog)")
+    bottom.set_xscale("symlog", linthresh=1)
+    for axis in (top, bottom):
+        if axis.lines:
+            axis.legend()
+    top.set_title("majority-per-position: attention and accuracy, with (full) and without (scale_only) projection",
+                  fontsize=9)
+    fig.tight_layout()
+    target = out / "majority-projection.png"
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("step", choices=("train", "timelines", "summary", "all"))
@@ -221,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.step in ("summary", "all"):
         record["rows"] = summary(out)
         record["training_curves"] = training_curves(out)
+        figure = projection_figure(out)
+        if figure is not None:
+            print(f"finding (b): {figure}", flush=True)
         (out / "findings.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
 
