@@ -17,7 +17,8 @@ Step 1 trains (``train``: every run through ``exactlens train ... --checkpoints 
 in this process) on the chosen seeds' runs and writes ``OUT/timelines/NAME-seedS.json``; step 3
 (``summary``) prints the events and the checkpoints' own test accuracy and writes ``OUT/findings.json`` (and,
 where the per-position MAJORITY runs have their attention timelines, ``OUT/majority-projection.png``).
-``all`` does the three in order.
+``all`` does the three in order. ``uniform`` trains finding (b)'s ablation: the per-position MAJORITY with its
+attention frozen at the exact uniform average (W_Q = W_K = 0), both layer-norm variants.
 
 Usage: PYTHONPATH=src nice -n 10 python benchmarks/formation_findings.py all --out /tmp/formation [--quick]
 """
@@ -189,6 +190,56 @@ def summary(out: Path) -> list[dict]:
     return rows
 
 
+FROZEN_UNIFORM = ("blocks.0.attn.W_Q", "blocks.0.attn.W_K")
+
+
+def uniform_attention_runs(out: Path, seeds: list[int], quick: bool) -> dict[str, float]:
+    """Finding (b)'s ablation: the ``majority-per-position`` preset with W_Q and W_K frozen at 0 (its b_Q and
+    b_K are frozen at 0 already), so that every query scores every key 0 and the attention is exactly the
+    exact construction's uniform average from step 0. Only the values, the FFN, the norms and the read-out
+    learn. Both layer-norm variants, into OUT/runs/majority-pp-uniform-VARIANT/seedS (with checkpoints)."""
+    import dataclasses
+
+    import torch
+
+    from exactlens.plugins import load_plugins
+    from exactlens.train import train_many
+    from exactlens.train.presets import get_preset
+    from exactlens.train.registry import PRESETS, register_preset
+
+    torch.set_num_threads(1)
+    load_plugins()
+    base = get_preset("majority-per-position")
+
+    def prepare(model, options):
+        base.prepare(model, options)
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name in FROZEN_UNIFORM:
+                params[name].zero_()
+
+    def masks(model, options):
+        return {**base.masks(model, options), **{name: False for name in FROZEN_UNIFORM}}
+
+    name = "majority-per-position-uniform"
+    register_preset(dataclasses.replace(base, name=name, prepare=prepare, masks=masks))
+    seconds = {}
+    try:
+        for variant in ("full", "scale_only"):
+            target = out / "runs" / f"majority-pp-uniform-{variant}"
+            if target.exists():
+                print(f"{target} exists: kept", flush=True)
+                continue
+            start = time.perf_counter()
+            extra = {"epochs": 3, "test_strings": 100} if quick else {}
+            train_many(name, seeds, layer_norm=variant, checkpoints=CHECKPOINTS, eval_every=0, out=target, **extra)
+            seconds[target.name] = time.perf_counter() - start
+            print(f"{target}: {seconds[target.name]:.1f} s", flush=True)
+    finally:  # a preset of this script only: not left in the process's registry
+        PRESETS.pop(name, None)
+    return seconds
+
+
 def projection_figure(out: Path, runs: tuple[str, ...] = ("majority-pp-full", "majority-pp-scale_only")) -> Path | None:
     """Finding (b) in one picture: per variant, the mean over seeds (band: min-max) of the TV distance of the
     head's attention to the exact (uniform) head, from the ``--tag attention`` timelines, and of the
@@ -223,6 +274,18 @@ def projection_figure(out: Path, runs: tuple[str, ...] = ("majority-pp-full", "m
             axis.fill_between(steps, [min(series[k]) for k in steps], [max(series[k]) for k in steps],
                               color=colour, alpha=0.2)
             drawn = True
+    for name, colour in zip(runs, ("tab:blue", "tab:orange"), strict=False):
+        accuracy = {}
+        variant = name.removeprefix("majority-pp-")
+        for index in sorted((out / "runs" / f"majority-pp-uniform-{variant}").glob("seed*/checkpoints/index.jsonl")):
+            for line in index.read_text(encoding="utf-8").splitlines():
+                row = json.loads(line)
+                if row.get("test_accuracy") is not None:
+                    accuracy.setdefault(row["step"], []).append(row["test_accuracy"])
+        if accuracy:
+            steps = sorted(accuracy)
+            bottom.plot(steps, [np.mean(accuracy[k]) for k in steps], color=colour, ls="--",
+                        label=f"{variant}, attention frozen uniform ({len(accuracy[steps[-1]])} seeds)")
     if not drawn:
         plt.close(fig)
         return None
@@ -244,7 +307,7 @@ def projection_figure(out: Path, runs: tuple[str, ...] = ("majority-pp-full", "m
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("train", "timelines", "summary", "all"))
+    parser.add_argument("step", choices=("train", "timelines", "uniform", "summary", "all"))
     parser.add_argument("--out", required=True)
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
     parser.add_argument("--seeds", default=SEEDS)
@@ -264,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
               "seeds": args.seeds, "checkpoints": CHECKPOINTS, "quick": args.quick, "load": os.getloadavg()}
     if args.step in ("train", "all"):
         record["train_s"] = train_all(out, args.runs, args.quick, args.seeds)
+    if args.step == "uniform":
+        first, _, last = args.seeds.partition(":")
+        record["uniform_s"] = uniform_attention_runs(out, list(range(int(first), int(last or first) + 1)), args.quick)
     if args.step in ("timelines", "all"):
         options = dict(QUICK_TIMELINE if args.quick else TIMELINE)
         for item in args.timeline_option:

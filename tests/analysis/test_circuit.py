@@ -385,14 +385,15 @@ def test_a_relative_cut_is_taken_between_components_in_a_post_ln_graph():
     the raw selection was that edge alone and nothing between components. Planted: post-LN FIRST's own
     EAP scores with that edge made 10^4 times the largest. The raw selection keeps it alone; the
     comparison between components, whose cut is taken among the joined edges, still finds exactly
-    plain FIRST's circuit. A method with an absolute cut keeps its own selection."""
+    plain FIRST's circuit, and so do its nodes. A method with an absolute cut keeps its own selection."""
     lengths = [1, 2, 3, 4, 6, 8]
     ln, plain = build("first-ln", dtype="float64"), build("first", dtype="float64")
     graph, p_graph = model_graph(ln), model_graph(plain)
     found = discover(ln, graph, word_batches(ln, graph, lengths, 32), "eap")
     truth = exact_circuit(plain, p_graph, word_batches(plain, p_graph, lengths, 32))
-    before = compare_with_circuit(graph, found, truth)["edges"]["between_components"]
-    assert before["jaccard"] == 1.0
+    unplanted = compare_with_circuit(graph, found, truth)
+    before = unplanted["edges"]["between_components"]
+    assert before["jaccard"] == 1.0 and unplanted["nodes"]["jaccard"] == 1.0
     last = max((e for e in graph.edges if e.receiver == "output"), key=lambda e: found.edge_scores[e])
     assert last.sender.endswith("LN2")
     scores = {**found.edge_scores, last: 1e4 * max(found.edge_scores.values())}
@@ -400,8 +401,10 @@ def test_a_relative_cut_is_taken_between_components_in_a_post_ln_graph():
     cut = {e for e, v in scores.items() if v > found.threshold * top}
     assert cut == {last}
     planted = Discovery("eap", found.granularity, scores, found.node_scores, cut, found.threshold)
-    joined = compare_with_circuit(graph, planted, truth)["edges"]["between_components"]
+    planted_result = compare_with_circuit(graph, planted, truth)
+    joined = planted_result["edges"]["between_components"]
     assert (joined["jaccard"], joined["shared_edges"]) == (1.0, before["shared_edges"])
+    assert planted_result["nodes"]["shared_nodes"] == unplanted["nodes"]["shared_nodes"]  # nodes: the same cut
     absolute = Discovery("file", found.granularity, scores, found.node_scores, cut, 0.0)
     assert compare_with_circuit(graph, absolute, truth)["edges"]["between_components"]["found"] == 0
 

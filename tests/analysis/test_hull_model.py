@@ -192,3 +192,12 @@ def test_hull_report_on_a_checkpoint(tmp_path):
     assert res["target"]["kind"] == "checkpoint" and res["target"]["positions"] == [4, 8, N_CTX]
     assert res["n_positions"] == [4] * 4 + [8] * 4 + [N_CTX] * 4
     assert res["attention_input"] == "before_ln" and res["layers"][0]["after_ln"] is None
+
+
+def test_default_lengths_start_at_a_constructions_shortest_word():
+    """majority-per-position's words lead by 6, so they are at least 6 long: the default lengths (2, 4, 8)
+    are raised to 6, 8; explicit lengths below it are refused by the task, naming the minimum."""
+    result = hull_report("majority-per-position")
+    assert result["target"]["word_lengths"] == [6, 8]
+    with pytest.raises(ExactLensError, match="minimum 6"):
+        hull_report("majority-per-position", lengths=[2])

@@ -246,3 +246,18 @@ def test_an_untrained_then_exact_run_forms_the_circuit_and_warm_starts_agree_wit
     warm = data["checkpoints"][2]["verdicts"]
     assert {k: v["verdict"] for k, v in warm.items()} == {k: v["verdict"] for k, v in cold.items()}
     assert {k: v["site"] for k, v in warm.items()} == {k: v["site"] for k, v in cold.items()}
+
+
+def test_the_page_and_the_headline_say_not_measured_for_a_part_not_asked_for() -> None:
+    """A timeline run with --parts attention,circuit has no accuracy: the page must not list it as "not
+    reached", and the command line's headline says "not measured" rather than null."""
+    from exactlens.verbs.timeline import headline
+    from exactlens.viz.timeline import events_html
+
+    rows = [{"step": s, "accuracy": None, "long_accuracy": a, "verdicts": {}, "circuit_overlap": {"edge_jaccard": 0.5}}
+            for s, a in ((0, 0.2), (5, 1.0))]
+    data = {"events": events(rows, [20]), "checkpoints": rows, "exact": {"name": "first"}, "run": {"checkpoints": 2}}
+    page = events_html(data)
+    assert "Not reached" not in page and "Not measured (its part was not asked for): accuracy &gt;= 0.99" in page
+    assert dict(headline(data))["accuracy 0.99 from step"] == "not measured"
+    assert dict(headline(data))["long lengths 0.99 from step"] == 5

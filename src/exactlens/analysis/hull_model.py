@@ -366,8 +366,8 @@ def hull_report(
     """:func:`unselectable_by_layer` on a construction (by name) or a checkpoint directory.
 
     A construction is built in ``dtype`` and run on ``sequences_per_length`` words of its language
-    at each word length in ``lengths`` (default 2, 4, 8; capped at the construction's stated
-    maximum; all words when there are fewer), right-padded into one batch. A checkpoint
+    at each word length in ``lengths`` (default 2, 4, 8, raised to its shortest word; capped at the
+    construction's stated maximum; all words when there are fewer), right-padded into one batch. A checkpoint
     (``ExactTransformer.load``) is run on uniformly random token ids from ``cfg.d_vocab`` with
     ``lengths`` positions (default 4, 8, 16; capped at n_ctx for a learned positional table).
     ``seed`` drives the sampling. ``device`` (exactlens.devices; None: the CPU) is where the model
@@ -407,9 +407,11 @@ def hull_report(
         model = construction.make(dtype=dtype)
         lang = construction.lang()
         wanted = _check_lengths(lengths or DEFAULT_LENGTHS, "lengths (word lengths)", 0)
-        longest = construction.length_range(model)[1]  # the construction's, its task's, the model's (tracr)
+        shortest, longest = construction.length_range(model)  # the construction's, its task's, the model's
         if longest is not None:
             wanted = sorted({min(n, longest) for n in wanted})
+        if lengths is None:  # the defaults start at the shortest word it answers (majority-per-position: 6)
+            wanted = sorted({max(n, shortest) for n in wanted})
         batches = []
         for n in wanted:
             k = len(lang.alphabet)

@@ -69,8 +69,13 @@ def format_timeline_text(data: dict[str, Any]) -> str:
 
 def headline(data: dict[str, Any]) -> list[tuple[str, Any]]:
     e = data["events"]
+    unmeasured = set(e.get("not_measured") or ())
+
+    def step(key: str) -> Any:
+        return "not measured" if key in unmeasured else e[key]
+
     return ([("against", data["exact"]["name"]), ("checkpoints", data["run"]["checkpoints"]),
-             ("accuracy 0.99 from step", e["behaviour"]), ("long lengths 0.99 from step", e["long_behaviour"]),
+             ("accuracy 0.99 from step", step("behaviour")), ("long lengths 0.99 from step", step("long_behaviour")),
              ("circuit overlap final from step", e["circuit"])]
             + [(f"{name} computed from step", None if v is None else v["step"]) for name, v in e["variables"].items()]
             + [("order", e["order"])])

@@ -312,13 +312,18 @@ def events_html(data: dict[str, Any]) -> str:
     items = [f"<li>{_e(label)}: step {_e(step)}</li>" for step, label, _ in events(data)]
     missing = [name for name, event in (found.get("variables") or {}).items()
                if not isinstance(event, dict) or event.get("step") is None]
-    missing += [label for key, label in (("behaviour", "accuracy >= 0.99"), ("long_behaviour", "long accuracy >= 0.99"),
-                                         ("circuit", "circuit overlap final")) if found.get(key) is None]
+    unmeasured = set(found.get("not_measured") or ())  # a part not asked for: nothing to reach
+    behaviours = (("behaviour", "accuracy >= 0.99"), ("long_behaviour", "long accuracy >= 0.99"),
+                  ("circuit", "circuit overlap final"))
+    missing += [label for key, label in behaviours if found.get(key) is None and key not in unmeasured]
     text = f"<p><b>{_e(found.get('order') or 'no order stated')}</b></p>"
     if items:
         text += f"<ul>{''.join(items)}</ul>"
     if missing:
         text += f"<p>Not reached within the checkpoints: {_e(', '.join(missing))}.</p>"
+    if unmeasured:
+        text += f"<p>Not measured (its part was not asked for): " \
+                f"{_e(', '.join(label for key, label in behaviours if key in unmeasured))}.</p>"
     return text
 
 

@@ -4,8 +4,10 @@ exhaustively on short words and on random and closest words up to |w| = 2000, fl
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +16,13 @@ import exactlens as el
 from exactlens import tasks
 from exactlens.analysis.verify import verify
 from exactlens.errors import ExactLensError
+from exactlens.model import ExactTransformer
 from exactlens.papers.brody.majority import MarginMajority
+from exactlens.train.checkpoints import read_checkpoints
 from exactlens.train.presets import get_preset
+from exactlens.train.registry import preset_names
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _reference(word: list[int], k: int) -> tuple[int, int]:
@@ -97,3 +104,25 @@ def test_verify_and_the_registry_agree_with_the_preset():
     assert [(r["accuracy"], r["per_position_accuracy"]) for r in rows] == [(1.0, 1.0)] * 3
     with pytest.raises(ExactLensError, match="min_margin"):
         el.build("majority-per-position", min_margin=0)
+
+
+def test_the_formation_ablation_trains_with_the_exact_uniform_average(tmp_path):
+    """benchmarks/formation_findings.py's ablation (docs/formation.md (b)): W_Q and W_K stay 0 through
+    training, so every checkpoint's attention is exactly the construction's uniform average, while the rest
+    of the model learns."""
+    spec = importlib.util.spec_from_file_location("formation_findings", ROOT / "benchmarks" / "formation_findings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.uniform_attention_runs(tmp_path, [0], quick=True)
+    for variant in ("full", "scale_only"):
+        steps = read_checkpoints(tmp_path / "runs" / f"majority-pp-uniform-{variant}" / "seed0")
+        first, last = (ExactTransformer.load(c.path) for c in (steps[0], steps[-1]))
+        for name in module.FROZEN_UNIFORM:
+            assert float(dict(last.named_parameters())[name].detach().abs().max()) == 0.0
+        assert not torch.equal(first.blocks[0].attn.W_V, last.blocks[0].attn.W_V)  # the values learn
+        task = tasks.of_model(last)
+        ids = task.sample(50, 4, torch.Generator().manual_seed(0))
+        _, cache = last.run_with_cache(task.encode(ids).tokens)
+        pattern = cache["blocks.0.attn.hook_pattern"]
+        assert torch.allclose(pattern, torch.full_like(pattern, 1 / 50), atol=1e-6)
+    assert "majority-per-position-uniform" not in preset_names()  # the script's preset is not left registered

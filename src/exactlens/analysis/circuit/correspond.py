@@ -13,9 +13,11 @@ layer. With the exact circuit's constant edges (the ablation used cannot move th
   the components it connects (sender -> norms -> receiver is the edge sender -> receiver, scored by
   its weakest edge), on both sides: comparable when one model is post-LN and the other is not. A
   method with a relative cut (EAP, EAP-IG) selects among these joined edges by its cut relative to the
-  largest of them (the largest raw edge of a post-LN graph is its last norm's, which every path crosses).
+  largest of them (the largest raw edge of a post-LN graph is usually its last norm's, which every path
+  crosses).
 * ``nodes``: the exact circuit's heads, MLPs and embeddings against the trained nodes that send a
-  selected edge (norms are left out, so that a pre-LN model can be compared with a post-LN circuit);
+  selected edge (for a relative cut: a selected edge between components; norms are left out, so that a
+  pre-LN model can be compared with a post-LN circuit);
   AUROC of the trained node scores.
 
 ``exactlens discover --against`` maps heads by index; ``exactlens diff`` by its attention matching.
@@ -84,20 +86,26 @@ def between_components(graph: ModelGraph, values: dict[Edge, float]) -> dict[Edg
     return joined
 
 
+def joined_selection(graph: ModelGraph, found: Discovery, joined: dict[Edge, float] | None = None) -> set[Edge]:
+    """The discovery's selection between components (``joined``: its scores joined, when already made). A
+    method with an absolute cut keeps the chains all of whose edges it selected. A relative cut (EAP,
+    EAP-IG) is taken among the joined edges: in a post-LN graph the largest raw score is usually the last
+    norm's edge into the output, which every path crosses, and 1 % of it can drop every edge between
+    components (measured: a trained post-LN FIRST at |w| = 10 kept only L1.LN2 -> output). Without norms
+    the joined edges are the raw ones and this is the method's own selection."""
+    if found.method not in RELATIVE_CUT:
+        return set(between_components(graph, {e: 1.0 for e in found.selected}))
+    joined = between_components(graph, dict(found.edge_scores)) if joined is None else joined
+    top = max(joined.values(), default=0.0)
+    return {e for e, v in joined.items() if top > 0 and v > found.threshold * top}
+
+
 def _component_overlap(t_graph: ModelGraph, found: Discovery, truth: Circuit,
                        mapping: dict[str, str | None]) -> dict[str, Any]:
     """The edge overlap between components (norm chains joined into edges on both sides)."""
     e_graph = truth.graph
     t_scores = between_components(t_graph, dict(found.edge_scores))
-    if found.method in RELATIVE_CUT and t_scores:
-        # A relative cut is taken among the edges compared. In a post-LN graph the largest raw score is the
-        # last norm's edge into the output, which every path crosses: 1 % of it can drop every edge between
-        # components (measured: a trained post-LN FIRST kept only L1.LN2 -> output). Without norms the
-        # joined scores are the raw ones and this is the method's own selection.
-        top = max(t_scores.values())
-        t_selected = {e for e, v in t_scores.items() if top > 0 and v > found.threshold * top}
-    else:
-        t_selected = set(between_components(t_graph, {e: 1.0 for e in found.selected}))
+    t_selected = joined_selection(t_graph, found, t_scores)
     e_all = set(between_components(e_graph, {e: 1.0 for e in e_graph.edges}))
     flags = between_components(e_graph, {c.edge: 0.0 if c.constant else 1.0 for c in truth.edges})
     positive = {e for e, v in flags.items() if v == 1.0}
@@ -154,7 +162,9 @@ def compare_with_circuit(t_graph: ModelGraph, found: Discovery, truth: Circuit,
     truth_nodes = {e.sender for e in positive} & countable
     t_countable = {n for n in t_graph.senders if t_graph.step(n).kind != "norm"}
     node_scores = {(mapping[n] or f"trained:{n}"): found.node_scores.get(n, 0.0) for n in t_countable}
-    found_nodes = {mapping[e.sender] or f"trained:{e.sender}" for e in found.selected} & set(node_scores)
+    # a relative cut's nodes are the senders of its selection between components (see joined_selection)
+    node_edges = joined_selection(t_graph, found) if found.method in RELATIVE_CUT else found.selected
+    found_nodes = {mapping[e.sender] or f"trained:{e.sender}" for e in node_edges} & set(node_scores)
 
     edges = set_overlap(selected, positive)
     edges.update({
