@@ -201,3 +201,21 @@ def test_default_lengths_start_at_a_constructions_shortest_word():
     assert result["target"]["word_lengths"] == [6, 8]
     with pytest.raises(ExactLensError, match="minimum 6"):
         hull_report("majority-per-position", lengths=[2])
+
+
+def test_a_checkpoint_that_records_its_task_is_read_on_its_words(tmp_path):
+    """A trained checkpoint's hull runs on its task's words as the model reads them (as a model object's
+    does), at the positions asked for; positions no word fills are refused, naming the range."""
+    from exactlens import tasks
+    from exactlens.train import train
+
+    run = train("first", epochs=1, strings_per_epoch=10, test_strings=10, out=tmp_path / "run")
+    task = tasks.of_model(run.model)
+    res = hull_report(run.checkpoint, seed=1)
+    assert res["target"]["tokens"].startswith("words of task 'first'")
+    assert res["target"]["positions"] == [4, 8, 16]
+    assert res["n_positions"] == [4] * 4 + [8] * 4 + [16] * 4
+    one = hull_report(run.checkpoint, seed=1, lengths=[5])
+    assert one["n_positions"] == [5] * 4 and one["target"]["positions"] == [5]
+    with pytest.raises(ExactLensError, match="hold no word of task 'first'"):
+        hull_report(run.checkpoint, lengths=[task.n_specials])

@@ -352,6 +352,27 @@ def _check_lengths(lengths: Sequence[int], what: str, minimum: int) -> list[int]
     return out
 
 
+def _task_word_batches(spec: dict, positions: list[int], count: int, gen: torch.Generator,
+                       defaults: bool) -> tuple[list[torch.Tensor], list[int]]:
+    """``count`` of the task's words per number of positions (word length = positions less the task's
+    special tokens), encoded. Default positions are moved into the task's word lengths; a given number of
+    positions that no word of the task fills is refused, naming the range."""
+    from exactlens import tasks
+
+    task = tasks.from_spec(spec)
+    low = max(1, task.min_length) + task.n_specials
+    high = None if task.max_length is None else task.max_length + task.n_specials
+    if defaults:
+        positions = sorted({max(low, n) if high is None else min(max(low, n), high) for n in positions})
+    for n in positions:
+        if n < low or (high is not None and n > high):
+            raise ExactLensError(f"{n} positions hold no word of task {task.name!r}: its words fill {low}.."
+                                 f"{'' if high is None else high} positions ({task.n_specials} special tokens)")
+    batches = [task.encode(task.words(n - task.n_specials, count, gen, exhaustive_limit=count)[0]).tokens
+               for n in positions]
+    return batches, positions
+
+
 def hull_report(
     target: str | Path,
     *,
@@ -368,8 +389,10 @@ def hull_report(
     A construction is built in ``dtype`` and run on ``sequences_per_length`` words of its language
     at each word length in ``lengths`` (default 2, 4, 8, raised to its shortest word; capped at the
     construction's stated maximum; all words when there are fewer), right-padded into one batch. A checkpoint
-    (``ExactTransformer.load``) is run on uniformly random token ids from ``cfg.d_vocab`` with
-    ``lengths`` positions (default 4, 8, 16; capped at n_ctx for a learned positional table).
+    (``ExactTransformer.load``) is run on ``lengths`` positions (default 4, 8, 16; capped at n_ctx for a
+    learned positional table): on its task's words when it records its task (word length = positions less
+    the task's special tokens; the defaults moved into the task's lengths), else on uniformly random token
+    ids from ``cfg.d_vocab``.
     ``seed`` drives the sampling. ``device`` (exactlens.devices; None: the CPU) is where the model
     runs; the keys come back to the CPU for the hull's linear programs. Returns the dict of
     :func:`unselectable_by_layer` with a ``"target"`` entry describing what was run and ``"device"``.
@@ -396,9 +419,15 @@ def hull_report(
         wanted = _check_lengths(lengths or DEFAULT_CHECKPOINT_POSITIONS, "lengths (positions)", 1)
         if cfg.learned_positions:
             wanted = sorted({min(n, cfg.n_ctx) for n in wanted})
-        batches = [torch.randint(0, cfg.d_vocab, (sequences_per_length, n), generator=gen) for n in wanted]
-        info = {"kind": "checkpoint", "path": str(path), "dtype": cfg.dtype, "positions": wanted,
-                "sequences_per_length": sequences_per_length, "tokens": "uniform random ids", "seed": int(seed)}
+        info = {"kind": "checkpoint", "path": str(path), "dtype": cfg.dtype,
+                "sequences_per_length": sequences_per_length, "seed": int(seed)}
+        if cfg.task is not None:  # the words the model was trained on, as it reads them (as for a model object)
+            batches, wanted = _task_word_batches(cfg.task, wanted, sequences_per_length, gen, lengths is None)
+            info["tokens"] = f"words of task {cfg.task['name']!r} (its token ids and special tokens)"
+        else:
+            batches = [torch.randint(0, cfg.d_vocab, (sequences_per_length, n), generator=gen) for n in wanted]
+            info["tokens"] = "uniform random ids (the checkpoint records no task)"
+        info["positions"] = wanted
     else:
         from exactlens.constructions.registry import get_target
 

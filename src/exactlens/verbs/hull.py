@@ -32,7 +32,8 @@ class HullRequest:
                         help="relative tolerance of the hull check (default 1e-9)")
     seed: int = option(0, kind=Int(0), help="seed of the sampled words / tokens / keys")
     lengths: list | None = option(None, kind=Lengths(0), help="word lengths whose keys are checked, A:B[:STEP] or "
-                                  "a,b,c (default: a few up to the construction's longest)")
+                                  "a,b,c (default: a few up to the construction's longest); for a checkpoint "
+                                  "directory, numbers of token positions (default 4, 8, 16)")
     device: Any = device_option("the model runs there; keys come back to the CPU for the linear programs")
     task: str | None = option(None, kind=Text(), metavar="NAME",
                               help="the task of a model that records none (a TransformerLens or Hugging Face model): "
