@@ -368,9 +368,13 @@ def _task_word_batches(spec: dict, positions: list[int], count: int, gen: torch.
         if n < low or (high is not None and n > high):
             raise ExactLensError(f"{n} positions hold no word of task {task.name!r}: its words fill {low}.."
                                  f"{'' if high is None else high} positions ({task.n_specials} special tokens)")
-    batches = [task.encode(task.words(n - task.n_specials, count, gen, exhaustive_limit=count)[0]).tokens
-               for n in positions]
-    return batches, positions
+    return encoded_words(task, [n - task.n_specials for n in positions], count, gen), positions
+
+
+def encoded_words(task: Any, lengths: Sequence[int], count: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """``count`` of the task's words per word length (all of them where there are fewer), as the model
+    reads them (its token ids and special tokens), one tensor per length."""
+    return [task.encode(task.words(n, count, gen, exhaustive_limit=count)[0]).tokens for n in lengths]
 
 
 def hull_report(
@@ -441,14 +445,7 @@ def hull_report(
             wanted = sorted({min(n, longest) for n in wanted})
         if lengths is None:  # the defaults start at the shortest word it answers (majority-per-position: 6)
             wanted = sorted({max(n, shortest) for n in wanted})
-        batches = []
-        for n in wanted:
-            k = len(lang.alphabet)
-            if k**n <= sequences_per_length:
-                ids = lang.all_words(n)
-            else:
-                ids = lang.sample(n, sequences_per_length, gen)
-            batches.append(lang.encode(ids).tokens)
+        batches = encoded_words(lang, wanted, sequences_per_length, gen)
         info = {"kind": "construction", "name": construction.name, "paper": construction.paper, "dtype": dtype,
                 "word_lengths": wanted, "sequences_per_length": sequences_per_length, "seed": int(seed)}
     tokens, n_positions = _pad(batches)

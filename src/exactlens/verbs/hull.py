@@ -106,7 +106,7 @@ def _task(model: Any) -> Any:
 
 
 def _task_words(model: Any, lengths: list | None, gen: Any) -> tuple[Any, Any, list[int]]:
-    from exactlens.analysis.hull_model import DEFAULT_CHECKPOINT_POSITIONS, _pad
+    from exactlens.analysis.hull_model import DEFAULT_CHECKPOINT_POSITIONS, _pad, encoded_words
     from exactlens.errors import ExactLensError
     from exactlens.verbs.model_target import ModelTarget, longest_of
 
@@ -123,8 +123,7 @@ def _task_words(model: Any, lengths: list | None, gen: Any) -> tuple[Any, Any, l
             if longest is not None and n > longest:
                 raise ExactLensError(f"length {n} is beyond what the model answers (|w| <= {longest}: its position "
                                      "table or its task)")
-    batches = [task.encode(task.words(n, 4, gen, exhaustive_limit=4)[0]).tokens for n in wanted]
-    tokens, n_positions = _pad(batches)
+    tokens, n_positions = _pad(encoded_words(task, wanted, 4, gen))
     return tokens, n_positions, wanted
 
 

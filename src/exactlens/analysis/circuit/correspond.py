@@ -100,12 +100,11 @@ def joined_selection(graph: ModelGraph, found: Discovery, joined: dict[Edge, flo
     return {e for e, v in joined.items() if top > 0 and v > found.threshold * top}
 
 
-def _component_overlap(t_graph: ModelGraph, found: Discovery, truth: Circuit,
+def _component_overlap(t_graph: ModelGraph, t_scores: dict[Edge, float], t_selected: set[Edge], truth: Circuit,
                        mapping: dict[str, str | None]) -> dict[str, Any]:
-    """The edge overlap between components (norm chains joined into edges on both sides)."""
+    """The edge overlap between components (norm chains joined into edges on both sides): ``t_scores`` and
+    ``t_selected`` are the trained side's joined scores and selection."""
     e_graph = truth.graph
-    t_scores = between_components(t_graph, dict(found.edge_scores))
-    t_selected = joined_selection(t_graph, found, t_scores)
     e_all = set(between_components(e_graph, {e: 1.0 for e in e_graph.edges}))
     flags = between_components(e_graph, {c.edge: 0.0 if c.constant else 1.0 for c in truth.edges})
     positive = {e for e, v in flags.items() if v == 1.0}
@@ -162,8 +161,10 @@ def compare_with_circuit(t_graph: ModelGraph, found: Discovery, truth: Circuit,
     truth_nodes = {e.sender for e in positive} & countable
     t_countable = {n for n in t_graph.senders if t_graph.step(n).kind != "norm"}
     node_scores = {(mapping[n] or f"trained:{n}"): found.node_scores.get(n, 0.0) for n in t_countable}
+    joined_scores = between_components(t_graph, dict(found.edge_scores))
+    joined = joined_selection(t_graph, found, joined_scores)
     # a relative cut's nodes are the senders of its selection between components (see joined_selection)
-    node_edges = joined_selection(t_graph, found) if found.method in RELATIVE_CUT else found.selected
+    node_edges = joined if found.method in RELATIVE_CUT else found.selected
     found_nodes = {mapping[e.sender] or f"trained:{e.sender}" for e in node_edges} & set(node_scores)
 
     edges = set_overlap(selected, positive)
@@ -176,7 +177,7 @@ def compare_with_circuit(t_graph: ModelGraph, found: Discovery, truth: Circuit,
         "trained_only": sorted(e.name if isinstance(e, Edge) else f"trained:{e[1].name}" for e in selected - positive),
         "exact_only": sorted(e.name for e in positive - selected),
     })
-    edges["between_components"] = _component_overlap(t_graph, found, truth, mapping)
+    edges["between_components"] = _component_overlap(t_graph, joined_scores, joined, truth, mapping)
     nodes = set_overlap(found_nodes, truth_nodes)
     nodes.update({"auroc": auroc(node_scores, truth_nodes), "shared_nodes": sorted(found_nodes & truth_nodes),
                   "trained_only": sorted(found_nodes - truth_nodes), "exact_only": sorted(truth_nodes - found_nodes)})
