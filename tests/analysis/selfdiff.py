@@ -13,7 +13,7 @@ import torch
 
 from exactlens import tasks
 from exactlens.analysis.diff import diff
-from exactlens.analysis.diff.verdicts import MIN_CHANGED_PAIRS
+from exactlens.analysis.diff.alignment.verdicts import MIN_CHANGED_PAIRS
 from exactlens.constructions import build
 from exactlens.errors import ExactLensError
 from exactlens.model.basis import WRITERS, random_rotation, rotate_residual

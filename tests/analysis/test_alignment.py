@@ -19,14 +19,10 @@ from samples import construction_sample
 
 from exactlens import tasks
 from exactlens.analysis.diff import diff
-from exactlens.analysis.diff.alignment import (
-    TIED,
-    choose_dim,
-    no_answer_where_tied,
-    regression_answers,
-    transported_directions,
-    units,
-)
+from exactlens.analysis.diff.alignment.directions import transported_directions
+from exactlens.analysis.diff.alignment.fit import choose_dim
+from exactlens.analysis.diff.alignment.score import regression_answers, units
+from exactlens.analysis.diff.alignment.variables import TIED, no_answer_where_tied
 from exactlens.cli import main
 from exactlens.constructions import build
 from exactlens.errors import ExactLensError
@@ -262,7 +258,7 @@ def test_iia_heatmap_has_a_cell_per_variable_and_site() -> None:
 def test_wilson_interval_covers_the_true_rate() -> None:
     """95 % Wilson intervals over simulated binomial trials cover the true rate in >= 93 % of them,
     at every rate and size a DAS row meets (including the edges where a Wald interval fails)."""
-    from exactlens.analysis.diff.verdicts import wilson
+    from exactlens.analysis.diff.alignment.verdicts import wilson
 
     gen = torch.Generator().manual_seed(0)
     for n in (5, 13, 40, 200):
@@ -280,7 +276,8 @@ def test_wilson_interval_covers_the_true_rate() -> None:
 def test_pairs_split_words_disjointly() -> None:
     """No word of a test or validation pair occurs in any other split's pairs; a length with too few
     words only trains (and says so)."""
-    from exactlens.analysis.diff.alignment import MIN_SPLIT_WORDS, make_pairs, task_variables
+    from exactlens.analysis.diff.alignment.pairs import MIN_SPLIT_WORDS, make_pairs
+    from exactlens.analysis.diff.alignment.variables import task_variables
     from exactlens.analysis.diff.runs import make_side, run_both
 
     model = build("parity", dtype="float64")
@@ -312,7 +309,7 @@ def _row(**changes) -> dict:
 
 
 def test_row_verdicts() -> None:
-    from exactlens.analysis.diff.verdicts import row_verdict
+    from exactlens.analysis.diff.alignment.verdicts import row_verdict
 
     assert row_verdict(_row(), 0.5, True, 0.99) == "computed"
     assert row_verdict(_row(), 0.5, False, 0.99) == "model does not solve the task"
@@ -336,7 +333,7 @@ def test_row_verdicts() -> None:
 
 
 def test_variable_verdict_lines() -> None:
-    from exactlens.analysis.diff.verdicts import format_verdict_line, variable_verdicts
+    from exactlens.analysis.diff.alignment.verdicts import format_verdict_line, variable_verdicts
 
     sites = ["blocks.0.hook_attn_out", "blocks.0.hook_mlp_out", "blocks.1.hook_attn_out"]
     rows = [_row(site=sites[0], iia_changed=0.2, iia_ci=[0.1, 0.3], validation_iia_changed=0.2, verdict="not found"),
@@ -369,7 +366,8 @@ def test_variable_verdict_lines() -> None:
 def _planted_pairs():
     from planted import first_with_dormant_copy
 
-    from exactlens.analysis.diff.alignment import make_pairs, task_variables
+    from exactlens.analysis.diff.alignment.pairs import make_pairs
+    from exactlens.analysis.diff.alignment.variables import task_variables
     from exactlens.analysis.diff.runs import make_side, run_both
 
     model = first_with_dormant_copy()
@@ -385,7 +383,8 @@ def test_planted_dormant_and_disconnected_directions_are_an_illusion() -> None:
     there; each part alone does nothing, so the check flags it. The AND at the first FFN's output (every
     position) is found by either part: not flagged."""
     from exactlens.analysis.diff import illusion
-    from exactlens.analysis.diff.alignment import Fit, Patcher, _acts, score_group
+    from exactlens.analysis.diff.alignment.patch import Fit, Patcher, site_acts
+    from exactlens.analysis.diff.alignment.score import score_group
 
     model, task, side, (train, _, test) = _planted_pairs()
     labels = list(model.cfg.residual_labels)
@@ -403,8 +402,8 @@ def test_planted_dormant_and_disconnected_directions_are_an_illusion() -> None:
         patcher = Patcher(side, site)
         acts = []
         for pset in train:
-            site_acts = _acts(patcher, pset, cache)[0]["site"]
-            acts.append(site_acts[:, :1] if positions == "readout" else site_acts)
+            x = site_acts(patcher, pset, cache)[0]["site"]
+            acts.append(x[:, :1] if positions == "readout" else x)
         vary, read = illusion.varying_basis(acts), illusion.read_basis(model, site)
         parts = score_group(task, side, site, [fit, fit], test,
                             illusion.split_projectors(projector[0], vary, read), cache)

@@ -54,7 +54,7 @@ def test_trained_model_of_another_task_gets_no_computed_verdict() -> None:
 def test_probe_start_finds_a_categorical_variable_and_its_dimension() -> None:
     """The probe start of a 4-valued variable spans exactly the 3 directions that carry it (a planted
     code in 6 noisy dimensions), and its dimension is 3; a count vector of m classes has m."""
-    from exactlens.analysis.diff.starts import probe_directions, variable_dim
+    from exactlens.analysis.diff.alignment.starts import probe_directions, variable_dim
 
     gen = torch.Generator().manual_seed(0)
     values = torch.randint(0, 4, (400, 1), generator=gen)
@@ -77,7 +77,7 @@ def test_probe_per_position_finds_a_code_whose_scale_depends_on_the_position() -
     one probe per position is b's direction, a probe pooled over positions is not (the depth's values,
     probed one-hot, also tell the position: d_i has the parity of i + 1; on the self-diff's words the pooled
     probe's direction was 0.92 b - 0.40 1/(i+1))."""
-    from exactlens.analysis.diff.starts import probe_directions
+    from exactlens.analysis.diff.alignment.starts import probe_directions
 
     gen = torch.Generator().manual_seed(0)
     x = (torch.rand(300, 8, generator=gen) < 0.6).double() * 2 - 1  # more opens than closes, as in Dyck-1
@@ -99,7 +99,7 @@ def test_probe_per_position_keeps_a_one_hot_groups_constant_sum() -> None:
     position their sum is constant, so a probe per position (centred there) points at e_a - (e_a + e_b + e_c) / 3,
     which swaps prev_a only together with half of prev_b and prev_c (the rotated self-diff's probe start: 0.81);
     one probe over every position finds e_a, and is a second start where it differs."""
-    from exactlens.analysis.diff.starts import pooled_alternative, probe_directions
+    from exactlens.analysis.diff.alignment.starts import pooled_alternative, probe_directions
 
     gen = torch.Generator().manual_seed(1)
     words, positions = 200, 6
@@ -124,7 +124,7 @@ def test_pairs_take_every_answer_equally_often() -> None:
     """Bases take every discrete answer equally often (a rare one too); a source is never its base."""
     import numpy as np
 
-    from exactlens.analysis.diff.alignment import draw_pairs
+    from exactlens.analysis.diff.alignment.pairs import draw_pairs
 
     answers = torch.tensor([True, True] + [False] * 14)
     base, source = draw_pairs(answers, 40, np.random.default_rng(0))

@@ -86,8 +86,8 @@ def format_diff_text(result: dict[str, Any]) -> str:
                 f"  intervention {f['label']} at {f['trained_site']}: IIA {_num(f['iia'])}, "
                 f"on changed pairs {_num(f['iia_changed'])}"
             )
-    if "alignment" in result:  # one verdict line per variable (analysis/diff/verdicts.py)
-        from exactlens.analysis.diff.verdicts import verdict_lines
+    if "alignment" in result:  # one verdict line per variable (analysis/diff/alignment/verdicts.py)
+        from exactlens.analysis.diff.alignment.verdicts import verdict_lines
 
         lines += verdict_lines(result)
     c = result.get("circuit")

@@ -139,7 +139,7 @@ def _interventions(ctx: Any, request: Any) -> Done:
 
 
 ALIGNMENT_SUMMARY = ("mean_das_iia_changed", "mean_random_iia_changed", "mean_untrained_iia_changed",
-                     "mean_das_iia_changed_task", "verdicts")  # verdicts: one line per variable (diff.verdicts)
+                     "mean_das_iia_changed_task", "verdicts")  # one line per variable (alignment.verdicts)
 
 
 def _alignment(ctx: Any, request: Any) -> Done:

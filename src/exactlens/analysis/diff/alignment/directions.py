@@ -1,0 +1,72 @@
+"""Known directions of exact labels in the trained side's basis (a self-diff: the label's own dimension, or
+carried into a rotated copy's basis)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from exactlens.analysis.diff.alignment.pairs import PairSet
+from exactlens.analysis.diff.alignment.variables import HighLevel
+from exactlens.analysis.diff.runs import Side
+from exactlens.model.labels import label_direction
+
+TRANSPORT_RTOL = 1e-10  # singular values below this (relative) do not count in transported_directions
+
+
+TRANSPORT_EXACT = 1e-6  # relative misfit above which the trained side is no linear copy of the exact one
+
+
+def known_directions(side: Side, variables: list[HighLevel], exact: Side | None = None,
+                     train: list[PairSet] | None = None) -> dict[int, torch.Tensor]:
+    """Where the trained side is itself an exact construction that names its residual dimensions (a
+    self-diff), each exact label's own direction (its dimension; e_L - e_-(L) in a doubled residual,
+    :mod:`exactlens.model.labels`): the fit of that label starts from it. An exact construction that names
+    none (a copy in a rotated residual basis) gets the exact side's label directions carried into its basis
+    (:func:`transported_directions`)."""
+    labels = getattr(side.model.cfg, "residual_labels", None) if side.exact else None
+    if not labels:
+        return transported_directions(variables, exact, train or []) if side.exact and exact is not None else {}
+    out = {}
+    for i, v in enumerate(variables):
+        if v.origin == "exact" and v.name in labels and list(labels).count(v.name) == 1:
+            out[i] = label_direction(labels, v.name)
+    return out
+
+
+def transported_directions(variables: list[HighLevel], exact: Side, train: list[PairSet]) -> dict[int, torch.Tensor]:
+    """Each exact label's dimension e_i carried into the trained side's basis by the least-squares
+    linear map M from the exact model's activations to the trained side's (minimum norm; training base
+    words, every position, the rows of all their common residual sites stacked): e_i M. For a copy in a
+    rotated basis (x -> x Q) M = Q on the span of the activations, so e_i M = e_i Q wherever e_i lies in
+    that span. The rows are not centred and the sites are stacked: labels that sum to a constant at a
+    site (tracr-hist's one-hot count hist_2:0..5) are told apart by the rows of the site before they
+    are written; a probe, which centres, finds only e_i minus their mean, a different patch. Only where
+    M maps the exact activations onto the trained side's exactly (relative misfit <= TRANSPORT_EXACT): a
+    trained model is no linear image of the exact one, and its fits keep their probe starts."""
+    labels = list(getattr(exact.model.cfg, "residual_labels", None) or [])
+    wanted = {i: label_direction(labels, v.name) for i, v in enumerate(variables)
+              if v.origin == "exact" and labels.count(v.name) == 1}
+    xs, ys = [], []
+    for pset in train if wanted else []:
+        words = pset.base.numpy()
+        for site in exact.sites:  # the residual-like sites (not attention patterns)
+            acts, mine = pset.run.exact_acts.get(site), (pset.run.trained_acts or {}).get(site)
+            if acts is not None and mine is not None and len(words):
+                xs.append(acts[words].reshape(-1, acts.shape[-1]))
+                ys.append(mine[words].reshape(-1, mine.shape[-1]))
+    if not xs:
+        return {}
+    x, y = torch.as_tensor(np.concatenate(xs)), torch.as_tensor(np.concatenate(ys))
+    keep = torch.isfinite(x).all(1) & torch.isfinite(y).all(1)
+    carry = torch.linalg.pinv(x[keep], rtol=TRANSPORT_RTOL) @ y[keep]  # [d_exact, d_trained]
+    misfit = float((x[keep] @ carry - y[keep]).norm()) / max(float(y[keep].norm()), 1e-300)
+    if misfit > TRANSPORT_EXACT:  # not a copy of the exact model in another basis (e.g. a trained model)
+        return {}
+    out = {}
+    for i, own in wanted.items():
+        direction = own.to(carry.dtype) @ carry
+        if float(direction.norm()) > TRANSPORT_RTOL * max(float(carry.norm()), 1e-300):
+            out[i] = direction / direction.norm()
+    return out
+

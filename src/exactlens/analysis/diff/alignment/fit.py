@@ -1,0 +1,279 @@
+"""Fitting the subspaces: stacked Adam fits from several starts, k by increasing size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from exactlens import tasks
+from exactlens.analysis.diff.alignment.pairs import PairSet
+from exactlens.analysis.diff.alignment.patch import Fit, Patcher, inside_last, patch_masks, site_acts, span_projectors
+from exactlens.analysis.diff.alignment.score import score_group
+from exactlens.analysis.diff.alignment.starts import (
+    pick_best,
+    pooled_alternative,
+    probe_directions,
+    start_weights,
+    variable_dim,
+)
+from exactlens.analysis.diff.alignment.variables import HighLevel
+from exactlens.analysis.diff.runs import Side
+from exactlens.tasks import kinds
+
+
+@dataclass
+class Settings:
+    max_dim: int = 3
+    steps: int = 80
+    lr: float = 0.05
+    batch: int = 32  # pairs per fit per step
+    pairs: int = 64  # pairs per length
+    seed: int = 0
+    untrained: bool = True
+    warm_steps: int | None = None  # Adam steps of a fit warm-started from an earlier model's subspace (None: steps)
+
+
+SKIPPED = {"iia": None, "iia_changed": None, "skipped": "a smaller k of this variable reached the validation IIA "
+           "no larger k can beat by more than DIM_TOLERANCE"}
+
+
+def fit_sites(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[PairSet], select: list[PairSet],
+              settings: Settings, generator: torch.Generator, caches: dict[str, dict], staged: bool = True
+              ) -> list[tuple[torch.Tensor, list[str], list[dict[str, Any]]]]:
+    """:func:`fit_stage` by increasing k: the fits of each cell (variable, positions) with its smallest k
+    first, then the next k only for the cells whose best validation IIA so far is below 1 - DIM_TOLERANCE
+    (choose_dim would pick that smaller k whatever a larger one scored). A fit not run gets a zero
+    projector, start "skipped" and the scores SKIPPED. ``staged=False``: every k at once (a timeline,
+    whose later models start from every k's subspace)."""
+    def cell(fit: Fit) -> tuple[int, str]:
+        return fit.variable, fit.positions
+
+    rank = [[sorted({g.dim for g in job.fits if cell(g) == cell(f)}).index(f.dim) if staged else 0
+             for f in job.fits] for job in jobs]
+    out = [(torch.zeros(len(job.fits), side.d_model, side.d_model, dtype=Patcher(side, job.site).dtype),
+            ["skipped"] * len(job.fits), [dict(SKIPPED) for _ in job.fits]) for job in jobs]
+    done: list[set[tuple[int, str]]] = [set() for _ in jobs]
+    for stage in range(max((max(r, default=0) for r in rank), default=0) + 1):
+        chosen = [[n for n, f in enumerate(job.fits) if rank[j][n] == stage and cell(f) not in done[j]]
+                  for j, job in enumerate(jobs)]
+        live = [j for j in range(len(jobs)) if chosen[j]]
+        if not live:
+            break
+        sub = [_restrict(jobs[j], chosen[j]) for j in live]
+        for j, (projector, started, scores) in zip(live, fit_stage(task, side, sub, train, select, settings,
+                                                                   generator, caches), strict=True):
+            for m, n in enumerate(chosen[j]):
+                out[j][0][n], out[j][1][n], out[j][2][n] = projector[m], started[m], scores[m]
+                if (scores[m]["iia"] or 0.0) >= 1 - DIM_TOLERANCE:
+                    done[j].add(cell(jobs[j].fits[n]))
+    return out
+
+
+def _restrict(job: FitJob, keep: list[int]) -> FitJob:
+    """The job with only fits ``keep`` (their starts and warm starts with them)."""
+    starts = None if job.starts is None else {k: [v[n] for n in keep] for k, v in job.starts.items()}
+    warm = None if job.warm is None else (None if job.warm[0] is None else [job.warm[0][n] for n in keep],
+                                          job.warm[1])
+    return FitJob(job.site, [job.fits[n] for n in keep], starts, warm)
+
+
+def fit_stage(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[PairSet], select: list[PairSet],
+              settings: Settings, generator: torch.Generator, caches: dict[str, dict]
+              ) -> list[tuple[torch.Tensor, list[str], list[dict[str, Any]]]]:
+    """Fit one subspace per fit of every job (a site, its fits, their starts and warm start); per job the
+    projectors [F, d, d], each fit's start and each projector's scores on ``select`` (validation pairs:
+    they pick the start here and k in the caller). Every fit starts at random; a job's ``starts`` add,
+    per start kind ("probe", "known direction"), per fit the directions [d, r] (or None) of one more
+    start, fitted alongside and also scored unfitted (:mod:`.starts`). ``warm`` (a timeline): (per fit
+    None or an orthonormal basis [d, dim], the subspace an earlier model's fit found; the Adam steps,
+    None: ``settings.steps``); where every fit of a job has one, it is each fit's only start ("warm
+    start") and the job takes those steps; otherwise it is one more start where present.
+
+    The candidates of all jobs that take the same steps (and, on an ExactTransformer, are all inside its
+    last layer or all before it) are trained in one batch, each row patched at its own site in one
+    forward pass (fewer, larger passes; measured on bench_das's trained FIRST with one thread this saved
+    little CPU time, the rows being most of the cost; the 2-thread benchmark took 45 s after this and the
+    k stages together, 83.9 s before)."""
+    plans = []
+    for job in jobs:
+        start, steps = job.warm if job.warm is not None else (None, None)
+        only_warm = start is not None and all(b is not None for b in start)
+        starts = job.starts
+        if start is not None and any(b is not None for b in start):
+            starts = {"warm start": start} if only_warm else {**(starts or {}), "warm start": start}
+        candidates = [] if only_warm else [(f, "random", None) for f in range(len(job.fits))]
+        candidates += [(f, kind, dirs) for kind, per_fit in (starts or {}).items()
+                       for f, dirs in enumerate(per_fit) if dirs is not None and dirs.shape[1]]
+        plans.append((candidates, settings.steps if steps is None else steps))
+    batches: dict[tuple[int, bool], list[int]] = {}
+    for j, job in enumerate(jobs):
+        batches.setdefault((plans[j][1], inside_last(side, job.site)), []).append(j)
+    fitted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    for (steps, _), members in batches.items():
+        fitted.update(_fit_batch(task, side, [jobs[j] for j in members], [plans[j][0] for j in members], members,
+                                 train, settings, generator, caches, steps))
+    out = []
+    for j, job in enumerate(jobs):
+        candidates = plans[j][0]
+        trained_q, initial = fitted[j]
+        started = [c for c, (_, kind, _) in enumerate(candidates) if kind != "random"]
+        pool = torch.cat([trained_q, initial[started]])
+        meta = [(f, kind) for f, kind, _ in candidates] + [(candidates[c][0], f"{candidates[c][1]}, unfitted")
+                                                           for c in started]
+        # a fit that diverged (non-finite Q: e.g. a layer norm with a tiny eta) patches nothing and never wins
+        diverged = ~torch.isfinite(pool).flatten(1).all(1)
+        pool = torch.where(diverged[:, None, None], torch.zeros_like(pool), pool)
+        meta = [(f, f"{kind}, diverged") if bool(diverged[c]) else (f, kind) for c, (f, kind) in enumerate(meta)]
+        scores = score_group(task, side, job.site, [job.fits[f] for f, _ in meta], select, pool, caches[job.site])
+        scores = [{"iia": None, "iia_changed": None, "diverged": True} if bool(diverged[c]) else sc
+                  for c, sc in enumerate(scores)]
+        best = [_best_of(f, meta, scores) for f in range(len(job.fits))]
+        out.append((pool[best], [meta[b][1] for b in best], [scores[b] for b in best]))
+    return out
+
+
+ACTIVATION_BUDGET = 1 << 30  # bytes of cached activations a group of sites may hold (per model)
+
+
+def site_groups(side: Side, sites: list[str], psets: list[PairSet]) -> list[list[str]]:
+    """Consecutive sites whose fits run in one batch (:func:`fit_sites`): as many as the activations
+    they cache (base and source words, at the site and at its layer's input, for every pair set) fit
+    in ACTIVATION_BUDGET; at least one site per group."""
+    words = sum(len(p.base) * p.run.tokens.shape[1] for p in psets)
+    per_site = 4 * words * side.d_model * torch.finfo(next(side.model.parameters()).dtype).bits // 8
+    size = max(1, ACTIVATION_BUDGET // max(per_site, 1))
+    return [sites[i:i + size] for i in range(0, len(sites), size)]
+
+
+@dataclass
+class FitJob:
+    site: str
+    fits: list[Fit]
+    starts: dict[str, list[torch.Tensor | None]] | None = None
+    warm: tuple[list[torch.Tensor | None], int | None] | None = None
+
+
+def _best_of(f: int, meta: list[tuple[int, str]], scores: list[dict[str, Any]]) -> int:
+    """Fit f's best candidate; on a tie an unfitted start wins: it did not move to fit the training pairs
+    (majority's 20-class frac_h: its fitted known direction tied at 1.0 with few changed units, 0.7 on test)."""
+    own = sorted((c for c, (g, _) in enumerate(meta) if g == f), key=lambda c: not meta[c][1].endswith("unfitted"))
+    return own[pick_best([scores[c] for c in own])]
+
+
+def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: list[list[tuple[int, str, Any]]],
+               ids: list[int], train: list[PairSet], settings: Settings, generator: torch.Generator,
+               caches: dict[str, dict], steps: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Adam on the candidates of several jobs (per job: fit index, start kind, start directions or None)
+    stacked along one batch, each patched at its job's site; per job id its fitted projectors and
+    their starts' projectors."""
+    patchers = [Patcher(side, job.site) for job in jobs]
+    first = min(range(len(jobs)), key=lambda j: patchers[j].start)  # the group's forward starts at its layer
+    cand_fits = [job.fits[f] for job, cands in zip(jobs, candidates, strict=True) for f, _, _ in cands]
+    rows_of = [j for j, cands in enumerate(candidates) for _ in cands]
+    dims = torch.tensor([f.dim for f in cand_fits])
+    weights = start_weights([c[2] for cands in candidates for c in cands], dims.tolist(), side.d_model, generator,
+                            patchers[0].dtype)
+    initial = span_projectors(weights, dims)
+    weights.requires_grad_(True)
+    optimizer = torch.optim.Adam([weights], lr=settings.lr)
+    frozen = [p for p in side.model.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    usable = [p for p in train if len(p.base)]
+    try:
+        with torch.enable_grad():
+            for step in range(steps):
+                pset = usable[step % len(usable)]
+                pick = torch.randperm(len(pset.base), generator=generator)[: settings.batch]
+                base = site_acts(patchers[first], pset, caches[jobs[first].site])[0]
+                sources = {job.site: site_acts(p, pset, caches[job.site])[1][pick]
+                           for p, job in zip(patchers, jobs, strict=True)}
+                n_pos = pset.run.n_positions[pset.base[pick]]
+                outputs = patchers[first].outputs(
+                    {"input": base["input"][pick]}, sources, span_projectors(weights, dims),
+                    patch_masks(side, pset.run, cand_fits), n_pos, [jobs[j].site for j in rows_of])
+                targets = torch.cat([pset.cf[f.variable][pick] for f in cand_fits])
+                n_all = n_pos.repeat(len(cand_fits))
+                loss = kinds.loss(task, side.reader.evidence(outputs, n_all), targets, n_all).sum() / len(pick)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+    with torch.no_grad():
+        fitted = span_projectors(weights.detach(), dims)
+    out, at = {}, 0
+    for j, cands in zip(ids, candidates, strict=True):
+        out[j] = (fitted[at:at + len(cands)], initial[at:at + len(cands)])
+        at += len(cands)
+    return out
+
+
+def probe_starts(side: Side, site: str, fits: list[Fit], train: list[PairSet], variables: list[HighLevel],
+                 cache: dict) -> dict[str, list[torch.Tensor | None]]:
+    """Per start kind, per fit, the directions of a ridge probe of its variable's value on the site's
+    activations of the training base words at the fit's positions (:func:`.starts.probe_directions`); a fit
+    at every position: "probe", one probe per length and position, taken together, and "probe (pooled)", one
+    over all of them where its direction differs (:func:`.starts.pooled_alternative`)."""
+    patcher = Patcher(side, site)
+    out: dict[tuple[int, str], torch.Tensor | None] = {}
+    alternative: dict[tuple[int, str], torch.Tensor | None] = {}
+    for fit in fits:
+        key = (fit.variable, fit.positions)
+        if key in out:
+            continue
+        v = variables[fit.variable]
+        xs, ys, groups, offset = [], [], [], 0
+        for pset in train:
+            if not len(pset.base) or v.values is None:
+                continue
+            mask = patch_masks(side, pset.run, [fit])[0].bool()
+            x = site_acts(patcher, pset, cache)[0]["site"][:, mask].double().cpu()
+            y = v.values(pset.run, pset.base)[:, mask]
+            group = (offset + torch.arange(x.shape[1])).expand(x.shape[0], -1)  # one per pair set and position
+            offset += x.shape[1]
+            x, y, group = x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1]), group.reshape(-1)
+            keep = torch.isfinite(y).all(-1) & torch.isfinite(x).all(-1)
+            xs.append(x[keep])
+            ys.append(y[keep])
+            groups.append(group[keep])
+        grouped = torch.cat(groups) if fit.positions == "all" and xs else None
+        out[key] = probe_directions(torch.cat(xs), torch.cat(ys), grouped) if xs else None
+        alternative[key] = (pooled_alternative(torch.cat(xs), torch.cat(ys), out[key])
+                            if grouped is not None and out[key] is not None else None)
+    return {"probe": [out[(f.variable, f.positions)] for f in fits],
+            "probe (pooled)": [alternative[(f.variable, f.positions)] for f in fits]}
+
+
+def variable_dims(variables: list[HighLevel], cells: list[tuple[int, str]], side: Side, train: list[PairSet],
+                  cap: int) -> dict[tuple[int, str], int]:
+    """Per cell (variable, positions), the variable's dimension on the training base words at those
+    positions (:func:`.starts.variable_dim`)."""
+    out = {}
+    for i, pos in cells:
+        v, ys = variables[i], []
+        for pset in train:
+            if not len(pset.base) or v.values is None:
+                continue
+            mask = patch_masks(side, pset.run, [Fit(i, 1, pos)])[0].bool()
+            y = v.values(pset.run, pset.base)[:, mask]
+            y = y.reshape(-1, y.shape[-1])
+            ys.append(y[torch.isfinite(y).all(-1)])
+        out[(i, pos)] = variable_dim(torch.cat(ys), cap) if ys else 1
+    return out
+
+
+DIM_TOLERANCE = 0.01
+
+
+def choose_dim(by_dim: dict[int, float | None]) -> int:
+    """The smallest dimension whose validation IIA is within DIM_TOLERANCE of the best."""
+    scored = [v for v in by_dim.values() if v is not None]
+    if not scored:
+        return min(by_dim)
+    best = max(scored)
+    return min(k for k, v in by_dim.items() if v is not None and v >= best - DIM_TOLERANCE)
+

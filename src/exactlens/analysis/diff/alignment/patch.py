@@ -1,0 +1,143 @@
+"""Running a model with rows patched at one site: the interchange h + ((h_src - h) Q) Q^T."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from exactlens.analysis.diff.alignment.pairs import PairSet
+from exactlens.analysis.diff.runs import LengthRun, Side
+from exactlens.devices import device_of
+from exactlens.model import ExactTransformer
+
+SITE_KINDS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
+
+
+def alignment_sites(side: Side) -> list[str]:
+    hooks = set(getattr(side.model, "hook_dict", {}))
+    names = ["blocks.0.hook_resid_pre"]
+    for layer in range(side.n_layers):
+        names += [f"blocks.{layer}.{kind}" for kind in SITE_KINDS[1:]]
+    if not side.exact:  # edits at resid_mid of a TransformerBridge do not reach the output (runs.make_side)
+        names = [n for n in names if "resid_mid" not in n]
+    else:  # a layer without an FFN never runs its hook_mlp_out
+        names = [n for n in names if not (n.endswith("hook_mlp_out") and side.model.blocks[layer_of(n)].mlp is None)]
+    return [n for n in names if n in hooks]
+
+
+def layer_of(site: str) -> int:
+    return int(site.split(".")[1])
+
+
+class Patcher:
+    """Runs a model with rows patched at one site: each row r gets h + m_r ((h_src,r - h) P_r), P_r a
+    projector and m_r a 0/1 mask over positions."""
+
+    def __init__(self, side: Side, site: str):
+        self.side = side
+        self.site = site
+        self.model = side.model
+        self.start = layer_of(site) if isinstance(self.model, ExactTransformer) else 0
+        self.dtype = next(self.model.parameters()).dtype
+
+    def prepare(self, run: LengthRun, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Activations of words ``index`` of a run: the site's, and the input of the site's layer."""
+        names = {self.site}
+        pre = f"blocks.{self.start}.hook_resid_pre"
+        if self.start > 0:
+            names.add(pre)
+        _, cache = self.model.run_with_cache(run.tokens[index], names_filter=lambda n: n in names)
+        acts = {"site": cache[self.site].detach()}
+        acts["input"] = cache[pre].detach() if self.start > 0 else run.tokens[index]
+        return acts
+
+    def outputs(self, base: dict[str, torch.Tensor], source_site: torch.Tensor | dict[str, torch.Tensor],
+                projector: torch.Tensor, mask: torch.Tensor, n_positions: torch.Tensor,
+                row_sites: list[str] | None = None) -> torch.Tensor:
+        """Task outputs of F stacked copies of the base rows, copy f patched with projector[f]
+        ([F, d, d]) towards ``source_site`` at the positions of mask[f] ([F, pos]). ``row_sites``: copy
+        f is patched at row_sites[f] instead of this patcher's site, towards source_site[row_sites[f]]
+        (the input ``base["input"]`` is at this patcher's layer, the earliest of them)."""
+        repeats, device = projector.shape[0], device_of(self.model)  # the patch is computed where the model runs
+        mask = mask.to(device=device, dtype=self.dtype)
+        projector_here = projector.to(device)
+        sources = source_site if isinstance(source_site, dict) else {self.site: source_site}
+        sources = {k: v.to(device=device, dtype=self.dtype) for k, v in sources.items()}
+        row_sites = [self.site] * repeats if row_sites is None else row_sites
+
+        def patch_at(site: str) -> Callable[..., torch.Tensor]:
+            rows = [f for f, s in enumerate(row_sites) if s == site]
+            src = sources[site]
+            if len(rows) == repeats:  # every copy patched here
+                def hook(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
+                    shaped = act.reshape(repeats, src.shape[0], *act.shape[1:])
+                    delta = (src.unsqueeze(0) - shaped) @ projector_here.unsqueeze(1)
+                    return (shaped + delta * mask[:, None, :, None]).reshape(act.shape)
+                return hook
+            index = torch.tensor(rows, device=device)
+            here, keep = projector_here[index].unsqueeze(1), mask[index][:, None, :, None]
+
+            def some(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
+                shaped = act.reshape(repeats, src.shape[0], *act.shape[1:])
+                delta = (src.unsqueeze(0) - shaped[index]) @ here
+                return shaped.index_add(0, index, delta * keep).reshape(act.shape)
+            return some
+
+        hooks = [(site, patch_at(site)) for site in dict.fromkeys(row_sites)]
+        inputs = base["input"].repeat(repeats, *([1] * (base["input"].ndim - 1)))
+        n_pos = n_positions.repeat(repeats)
+        if not self.side.exact:
+            with self.model.hooks(fwd_hooks=hooks):
+                return self.side.outputs(self.model(inputs).cpu(), n_pos)
+        # An ExactTransformer: the hooks go on their hook points directly (TransformerLens's hooks()
+        # context resets every hook point on exit, a tenth of a fit's time). The last layer runs at the
+        # readout position only, unless a site is inside that layer (its activations there would
+        # cover the readout row only).
+        handles = [self.model.hook_dict[site].register_forward_hook(lambda module, args, out, fn=fn: fn(out))
+                   for site, fn in hooks]
+        try:
+            fast = self.model.cfg.readout != "per_position" and not any(
+                inside_last(self.side, site) for site, _ in hooks)
+            logits = self.model(inputs, n_pos, start_at_layer=self.start or None, readout_only=fast)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return self.model.select_readout(logits, n_pos.to(device)).double().cpu()
+
+
+def patch_masks(side: Side, run: LengthRun, fits: list[Fit]) -> torch.Tensor:
+    """[F, pos]: where each fit patches (every position, or the readout position)."""
+    n = run.tokens.shape[1]
+    readout = torch.zeros(n)
+    readout[side._row(run.n_positions[:1])] = 1
+    return torch.stack([torch.ones(n) if f.positions == "all" else readout for f in fits])
+
+
+def span_projectors(weights: torch.Tensor, dims: torch.Tensor) -> torch.Tensor:
+    """[F, d, kmax] free weights -> projectors [F, d, d] onto the span of each fit's first dims[f] columns."""
+    q, _ = torch.linalg.qr(weights)
+    keep = (torch.arange(weights.shape[-1]) < dims.unsqueeze(1)).to(q.dtype)  # [F, kmax]
+    q = q * keep.unsqueeze(1)
+    return q @ q.transpose(1, 2)
+
+
+@dataclass
+class Fit:
+    variable: int
+    dim: int
+    positions: str  # "readout" or "all"
+
+
+def site_acts(patcher: Patcher, pset: PairSet, cache: dict) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    key = id(pset)
+    if key not in cache:
+        cache[key] = (patcher.prepare(pset.run, pset.base), patcher.prepare(pset.run, pset.source)["site"])
+    return cache[key]
+
+
+def inside_last(side: Side, site: str) -> bool:
+    return layer_of(site) == side.n_layers - 1 and not site.endswith("resid_pre")
+

@@ -1,0 +1,120 @@
+"""The high-level variables DAS aligns: the task's causal variables and the exact circuit's residual labels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from exactlens import tasks
+from exactlens.analysis.diff.interventions import _patched_outputs
+from exactlens.analysis.diff.runs import LengthRun, Side, writer_site
+from exactlens.model.labels import is_negated_copy, label_direction
+from exactlens.tasks import kinds
+
+
+@dataclass
+class HighLevel:
+    """One high-level variable: its name, where it comes from, and its counterfactual answers."""
+
+    name: str
+    origin: str  # "task" or "exact"
+    scope: str  # "word" or "position"
+    counterfactual: Callable[[LengthRun, torch.Tensor, torch.Tensor], torch.Tensor]
+    base_answer: Callable[[LengthRun, torch.Tensor], torch.Tensor]
+    detail: dict[str, Any] = field(default_factory=dict)
+    # the variable's value on words b of a run at every token position, [B, n, m] (NaN where it has none):
+    # what a probe start fits to (:mod:`.starts`)
+    values: Callable[[LengthRun, torch.Tensor], torch.Tensor] | None = None
+
+
+def task_variables(task: tasks.Task) -> list[HighLevel]:
+    out = []
+    for var in task.variables():
+        if not var.interventional:
+            continue
+        out.append(HighLevel(
+            var.name, "task", var.scope,
+            lambda run, b, s, v=var: v.counterfactual(run.ids[b], run.ids[s]),
+            lambda run, b: run.truth[b],
+            {"description": var.description},
+            lambda run, b, v=var: _task_values(task, v, run, b),
+        ))
+    return out
+
+
+def _task_values(task: tasks.Task, var: Any, run: LengthRun, b: torch.Tensor) -> torch.Tensor:
+    """A task variable's values on words b at every token position [B, n, m]: a word's value at every
+    position, a position's at its symbol's token (NaN at the specials)."""
+    values = var.values(run.ids[b]).double()
+    rows, n = len(b), run.tokens.shape[1]
+    if var.scope == "position":
+        values = values.reshape(rows, values.shape[1], -1)
+        out = torch.full((rows, n, values.shape[2]), float("nan"), dtype=torch.float64)
+        out[:, task.symbol_offset:task.symbol_offset + values.shape[1]] = values
+        return out
+    return values.reshape(rows, 1, -1).expand(rows, n, -1)
+
+
+def exact_variables(exact: Side, features: list[dict[str, Any]]) -> tuple[list[HighLevel], list[dict[str, Any]]]:
+    """The exact circuit's computed, non-constant residual labels (from the probe table's features)."""
+    out, skipped = [], []
+    labels = [feat["label"] for feat in sorted(features, key=lambda f: f["index"])]
+    for feat in features:
+        if feat["constant"]:
+            skipped.append({"variable": feat["label"], "reason": "constant on these words"})
+            continue
+        if feat["exact_site"] == exact.sites[0]:
+            skipped.append({"variable": feat["label"], "reason": "input feature (set by the embedding)"})
+            continue
+        if is_negated_copy(labels, feat["label"]):
+            skipped.append({"variable": feat["label"], "reason": "negated copy in a doubled residual [x; -x]: tested "
+                            f"with {feat['label'][2:-1]} as the one direction e_L - e_-(L)"})
+            continue
+        index, site, scope = feat["index"], feat["exact_site"], feat["positions"]
+        direction = (label_direction(labels, feat["label"]).numpy() if len(labels) == exact.d_model
+                     else np.eye(exact.d_model)[index])
+
+        def counterfactual(run: LengthRun, b: torch.Tensor, s: torch.Tensor, site=site, direction=direction,
+                           scope=scope) -> torch.Tensor:
+            rows = exact.model.readout_rows(run.n_positions)
+            positions = np.array([int(rows[0])]) if scope == "readout" and rows is not None else None
+            n_pos = run.n_positions[b]
+            writer = writer_site(exact, site)
+            outputs = _patched_outputs(exact, run.tokens[b], writer, direction, run.exact_acts[writer][s.numpy()],
+                                       positions, n_pos)
+            return no_answer_where_tied(exact, outputs, exact.reader.decide(outputs, n_pos))
+
+        def base_answer(run: LengthRun, b: torch.Tensor) -> torch.Tensor:
+            return exact.reader.decide(run.exact_outputs[b], run.n_positions[b])
+
+        def values(run: LengthRun, b: torch.Tensor, site=site, index=index) -> torch.Tensor:
+            return torch.as_tensor(run.exact_acts[site][b.numpy()][:, :, index], dtype=torch.float64)[..., None]
+
+        out.append(HighLevel(feat["label"], "exact", "position" if scope == "all" else "word", counterfactual,
+                             base_answer, {"exact_site": site, "exact_positions": scope}, values))
+    return out, skipped
+
+
+TIED = -100  # a counterfactual class with no answer (cross-entropy's ignore_index; units() leaves it out)
+
+
+def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Tensor) -> torch.Tensor:
+    """Argmax decisions of an exact label's patched model, TIED where its two largest logits are equal
+    (within 16 rounding units of its dtype): the exact model's answer there is its argmax's tie-break
+    (the first class), which a copy in another basis breaks by rounding. tracr-hist: patching one
+    dimension of its one-hot count hist_2:0..5 leaves two counts set, whose logits tie; its rotated
+    copy took the other class on 2 of 28 changed test pairs (hist_2:1, 0.93)."""
+    task = exact.reader.task
+    if task.kind not in ("classification", "prediction"):
+        return decisions
+    logits = outputs.double() if task.kind == "classification" else kinds.symbol_outputs(task, outputs).double()
+    if logits.shape[-1] < 2 or logits.shape[:-1] != decisions.shape or not torch.equal(logits.argmax(-1), decisions):
+        return decisions  # not an argmax decision
+    top = logits.topk(2, -1).values
+    tol = kinds.regression_tolerance(exact.model.cfg.torch_dtype, top) if exact.exact else 0.0
+    return torch.where(top[..., 0] - top[..., 1] <= tol, torch.full_like(decisions, TIED), decisions)
+
