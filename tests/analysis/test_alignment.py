@@ -203,7 +203,15 @@ def test_transported_directions_carry_exact_labels_into_a_rotated_basis() -> Non
                                    [SimpleNamespace(run=run, base=torch.arange(40))])
     assert sorted(found) == [0, 1, 2]  # hist_2:0 (never set) and the task variable get none
     for i, name in enumerate(names):
-        assert abs(float(found[i] @ q[labels.index(name)])) > 1 - 1e-9, name
+        assert found[i].shape == (exact_model.cfg.d_model, 1)
+        assert abs(float(found[i][:, 0] @ q[labels.index(name)])) > 1 - 1e-9, name
+    # a one-hot group is carried whole: its columns span the rotated members' directions
+    group = SimpleNamespace(name="hist_2:*", origin="exact", detail={"members": names})
+    carried = transported_directions([group], SimpleNamespace(model=exact_model, sites=sites),
+                                     [SimpleNamespace(run=run, base=torch.arange(40))])[0]
+    rows = q[[labels.index(n) for n in names]].T.double()  # [d, 3]
+    assert carried.shape == rows.shape
+    assert torch.allclose(carried @ carried.T, rows @ rows.T, atol=1e-9)
     # a model that is no linear copy of the exact one (a trained model's activations: here the copy's, bent by
     # a nonlinearity) gets no carried direction, and so keeps its probe starts
     bent = SimpleNamespace(exact_acts=acts[0], trained_acts={k: np.tanh(v) for k, v in acts[1].items()})

@@ -67,6 +67,13 @@ def test_circuit_choices_are_the_circuit_packages() -> None:
     assert (CIRCUIT_METHODS, CIRCUIT_GRANULARITIES, CIRCUIT_ABLATIONS) == (METHODS, GRANULARITIES, ABLATIONS)
 
 
+def test_pair_designs_are_the_alignment_packages() -> None:
+    from exactlens.analysis.diff.alignment.fit import PAIR_DESIGNS as OWN
+    from exactlens.analysis.diff.request import PAIR_DESIGNS
+
+    assert PAIR_DESIGNS == OWN
+
+
 def test_a_request_and_keywords_give_the_same_diff() -> None:
     options = dict(lengths=[2, 3], strings=4, parts=("behaviour", "attention"), seed=1)
     by_keywords = diff("first-flawed", "first", **options)

@@ -49,11 +49,12 @@ def _patched_outputs(
 ) -> torch.Tensor:
     dtype = next(side.model.parameters()).dtype
     u = torch.as_tensor(direction, dtype=dtype)
+    u = u[:, None] if u.ndim == 1 else u  # [d, r]: orthonormal columns (one direction, or a group's)
     cf = torch.as_tensor(cf_acts, dtype=dtype)
 
     def hook(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
         here, cf_here = u.to(act.device), cf.to(act.device)  # the model's device
-        delta = ((cf_here - act) @ here).unsqueeze(-1) * here
+        delta = ((cf_here - act) @ here) @ here.T
         if positions is not None:
             keep = torch.zeros(act.shape[1], dtype=dtype, device=act.device)
             keep[torch.as_tensor(positions)] = 1

@@ -149,7 +149,7 @@ def _alignment(ctx: Any, request: Any) -> Done:
 
     settings = Settings(max_dim=request.das_max_dim, steps=request.das_steps, pairs=request.alignment_pairs,
                         seed=request.seed, untrained=request.untrained_baseline,
-                        warm_steps=getattr(request, "das_warm_steps", None))
+                        warm_steps=getattr(request, "das_warm_steps", None), design=request.pairs)
     baseline = untrained_copy(ctx.model, request.seed + 1) if request.untrained_baseline else None
     if request.untrained_baseline and ctx.foreign is not None:  # the user's model: its own initializer
         from exactlens.interop.foreign import untrained_foreign

@@ -35,6 +35,7 @@ __all__ = ["CIRCUIT_ABLATIONS", "CIRCUIT_GRANULARITIES", "CIRCUIT_METHODS", "Dif
 CIRCUIT_METHODS = METHODS  # the circuit package's (light: its request module)
 CIRCUIT_GRANULARITIES = ("head", "qkv")
 CIRCUIT_ABLATIONS = ABLATIONS
+PAIR_DESIGNS = ("designed", "random")  # alignment.fit.PAIR_DESIGNS, here without torch (a test keeps them equal)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,12 @@ class DiffRequest:
     das_max_dim: int = option(3, kind=Int(1), help="DAS tries subspace dimensions 1..N (default 3) and a variable's "
                                      "own dimension where it needs more (classes - 1, a count vector)")
     das_steps: int = option(80, kind=Int(1), help="Adam steps per DAS fit group (default 80)")
-    alignment_pairs: int = option(64, kind=Int(5), help="DAS (base, source) pairs per length (default 64)")
+    alignment_pairs: int = option(64, kind=Int(5), help="DAS pairs: with designed pairs, the changed test pairs "
+                                  "wanted per variable (training and validation pairs in proportion); with random "
+                                  "pairs, pairs per length (default 64)")
+    pairs: str = option("designed", kind=Choice(PAIR_DESIGNS), metavar="{designed,random}",
+                        help="DAS (base, source) pairs: designed from the exact circuit (the pairs on which swapping "
+                             "the variable alone changes the exact output; default) or drawn at random")
     untrained_baseline: bool = option(True, kind=Bool(), flag="--no-untrained-baseline", negate=True,
                                       help="skip the DAS baseline fitted on an untrained model of the same shape")
     circuit_method: str = option("eap", kind=Choice(CIRCUIT_METHODS),
@@ -108,5 +114,5 @@ class DiffRequest:
 
 
 ECHOED = ("strings", "seed", "exact_dtype", "test_fraction", "intervention_pairs", "das_max_dim", "das_steps",
-          "alignment_pairs", "untrained_baseline", "circuit_method", "circuit_granularity", "circuit_ablation")
+          "alignment_pairs", "pairs", "untrained_baseline", "circuit_method", "circuit_granularity", "circuit_ablation")
 """The request's fields the result's ``settings`` records (beside lengths, skipped lengths, parts, device)."""

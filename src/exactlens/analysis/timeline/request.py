@@ -21,8 +21,8 @@ DEFAULT_PARTS = ("behaviour", "probes", "attention", "alignment", "circuit")
 """What a checkpoint's row reports (weights and interventions can be asked for; the row does not show them)."""
 
 FROM_DIFF = ("readout", "param", "lengths", "strings", "seed", "parts", "das_max_dim", "das_steps",
-             "alignment_pairs", "untrained_baseline", "circuit_method", "circuit_granularity", "circuit_ablation",
-             "device", "exact_dtype", "test_fraction", "intervention_pairs", "quiet")
+             "alignment_pairs", "pairs", "untrained_baseline", "circuit_method", "circuit_granularity",
+             "circuit_ablation", "device", "exact_dtype", "test_fraction", "intervention_pairs", "quiet")
 """DiffRequest's fields the timeline takes (``target`` is the run here; the diff's page options are not its)."""
 
 

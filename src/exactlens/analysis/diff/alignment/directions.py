@@ -12,8 +12,6 @@ from exactlens.analysis.diff.runs import Side
 from exactlens.model.labels import label_direction
 
 TRANSPORT_RTOL = 1e-10  # singular values below this (relative) do not count in transported_directions
-
-
 TRANSPORT_EXACT = 1e-6  # relative misfit above which the trained side is no linear copy of the exact one
 
 
@@ -27,10 +25,17 @@ def known_directions(side: Side, variables: list[HighLevel], exact: Side | None 
     labels = getattr(side.model.cfg, "residual_labels", None) if side.exact else None
     if not labels:
         return transported_directions(variables, exact, train or []) if side.exact and exact is not None else {}
+    return own_directions(variables, list(labels))
+
+
+def own_directions(variables: list[HighLevel], labels: list[str]) -> dict[int, torch.Tensor]:
+    """Per exact variable named by ``labels`` (a label, or a one-hot group whose members all are), its
+    directions [d, r] in that basis: the label's (r = 1) or the members' (r = the group's size)."""
     out = {}
     for i, v in enumerate(variables):
-        if v.origin == "exact" and v.name in labels and list(labels).count(v.name) == 1:
-            out[i] = label_direction(labels, v.name)
+        names = getattr(v, "detail", {}).get("members", [v.name])
+        if v.origin == "exact" and all(labels.count(name) == 1 for name in names):
+            out[i] = torch.stack([label_direction(labels, name) for name in names], 1)
     return out
 
 
@@ -45,8 +50,7 @@ def transported_directions(variables: list[HighLevel], exact: Side, train: list[
     M maps the exact activations onto the trained side's exactly (relative misfit <= TRANSPORT_EXACT): a
     trained model is no linear image of the exact one, and its fits keep their probe starts."""
     labels = list(getattr(exact.model.cfg, "residual_labels", None) or [])
-    wanted = {i: label_direction(labels, v.name) for i, v in enumerate(variables)
-              if v.origin == "exact" and labels.count(v.name) == 1}
+    wanted = own_directions(variables, labels)
     xs, ys = [], []
     for pset in train if wanted else []:
         words = pset.base.numpy()
@@ -65,8 +69,8 @@ def transported_directions(variables: list[HighLevel], exact: Side, train: list[
         return {}
     out = {}
     for i, own in wanted.items():
-        direction = own.to(carry.dtype) @ carry
-        if float(direction.norm()) > TRANSPORT_RTOL * max(float(carry.norm()), 1e-300):
-            out[i] = direction / direction.norm()
+        carried = carry.T @ own.to(carry.dtype)  # [d_trained, r]
+        if float(carried.norm()) > TRANSPORT_RTOL * max(float(carry.norm()), 1e-300):
+            out[i] = torch.linalg.qr(carried)[0] if carried.shape[1] > 1 else carried / carried.norm()
     return out
 

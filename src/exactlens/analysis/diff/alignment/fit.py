@@ -22,6 +22,8 @@ from exactlens.analysis.diff.alignment.variables import HighLevel
 from exactlens.analysis.diff.runs import Side
 from exactlens.tasks import kinds
 
+PAIR_DESIGNS = ("designed", "random")  # how DAS pairs are drawn (:mod:`.designed`, :mod:`.pairs`)
+
 
 @dataclass
 class Settings:
@@ -29,10 +31,11 @@ class Settings:
     steps: int = 80
     lr: float = 0.05
     batch: int = 32  # pairs per fit per step
-    pairs: int = 64  # pairs per length
+    pairs: int = 64  # designed: changed test pairs per variable; random: pairs per length
     seed: int = 0
     untrained: bool = True
     warm_steps: int | None = None  # Adam steps of a fit warm-started from an earlier model's subspace (None: steps)
+    design: str = "designed"  # the pairs: "designed" from the exact circuit (:mod:`.designed`) or "random"
 
 
 SKIPPED = {"iia": None, "iia_changed": None, "skipped": "a smaller k of this variable reached the validation IIA "
@@ -251,7 +254,8 @@ def probe_starts(side: Side, site: str, fits: list[Fit], train: list[PairSet], v
 def variable_dims(variables: list[HighLevel], cells: list[tuple[int, str]], side: Side, train: list[PairSet],
                   cap: int) -> dict[tuple[int, str], int]:
     """Per cell (variable, positions), the variable's dimension on the training base words at those
-    positions (:func:`.starts.variable_dim`)."""
+    positions (:func:`.starts.variable_dim`); a one-hot group's at least its members' count (the exact
+    patch swaps all of them)."""
     out = {}
     for i, pos in cells:
         v, ys = variables[i], []
@@ -263,6 +267,7 @@ def variable_dims(variables: list[HighLevel], cells: list[tuple[int, str]], side
             y = y.reshape(-1, y.shape[-1])
             ys.append(y[torch.isfinite(y).all(-1)])
         out[(i, pos)] = variable_dim(torch.cat(ys), cap) if ys else 1
+        out[(i, pos)] = min(cap, max(out[(i, pos)], len(v.detail.get("members", ()))))
     return out
 
 

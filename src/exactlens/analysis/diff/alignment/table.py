@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -11,8 +12,15 @@ import torch
 
 from exactlens import tasks
 from exactlens.analysis.diff.alignment import verdicts
+from exactlens.analysis.diff.alignment.designed import (
+    constant_within_length,
+    design_pairs,
+    pool_summary,
+    untestable_reason,
+)
 from exactlens.analysis.diff.alignment.directions import known_directions
 from exactlens.analysis.diff.alignment.fit import (
+    PAIR_DESIGNS,
     FitJob,
     Settings,
     choose_dim,
@@ -97,19 +105,37 @@ def rounding_ties(side: Side) -> Iterator[float | None]:
         cfg.hard_tie_tolerance = before
 
 
+@dataclass
+class Prepared:
+    """What a diff (or a timeline, once for all its models) fixes before fitting: the variables to fit,
+    the skipped ones, the untestable ones (variable, reason, search), the pairs, their notes, each fitted
+    variable's source_determined share and its search (designed pairs; None for random ones)."""
+
+    variables: list[HighLevel]
+    skipped: list[dict[str, Any]]
+    untestable: list[tuple[HighLevel, str, dict[str, Any] | None]]
+    splits: tuple[list[PairSet], list[PairSet], list[PairSet]]
+    notes: dict[str, Any]
+    determined: list[float]
+    pools: list[dict[str, Any] | None]
+
+
 def _prepare(runs: list[LengthRun], trained: Side, exact: Side, features: list[dict[str, Any]] | None,
-             settings: Settings) -> tuple:
-    """The variables to align, the skipped ones, the train/validation/test pairs and the split's notes."""
+             settings: Settings) -> Prepared:
+    """The variables to align, the skipped and untestable ones, the train/validation/test pairs (designed from
+    the exact circuit, :mod:`.designed`, or random, :mod:`.pairs`) and their notes."""
     task = exact.reader.task
     if not 1 <= settings.max_dim:
         raise ExactLensError(f"max_dim must be >= 1, got {settings.max_dim}")
+    if settings.design not in PAIR_DESIGNS:
+        raise ExactLensError(f"pairs must be one of {', '.join(PAIR_DESIGNS)}, got {settings.design!r}")
     variables = task_variables(task)
     skipped: list[dict[str, Any]] = [
         {"variable": v.name, "reason": "no known effect on the answer"}
         for v in task.variables() if not v.interventional
     ]
     if features is not None:
-        more, skip = exact_variables(exact, features)
+        more, skip = exact_variables(exact, features, runs)
         variables += more
         skipped += skip
     rule = trained.reader.rule
@@ -117,24 +143,49 @@ def _prepare(runs: list[LengthRun], trained: Side, exact: Side, features: list[d
         skipped.append({"variable": None, "reason": f"the trained model's decision rule {rule.name!r} gives no "
                         "differentiable evidence to fit a subspace by"})
         variables = []
-    split_notes: dict[str, Any] = {}
-    train, val, test = make_pairs(runs, variables, settings.pairs, settings.seed, split_notes)
-    return variables, skipped, (train, val, test), split_notes
+    if settings.design == "designed" and variables:
+        design = design_pairs(task, runs, variables, settings.pairs, settings.seed)
+        splits, notes = design.splits, dict(design.notes)
+        determined = [source_determined(task, design.sampled, i) for i in range(len(variables))]
+        pools: list[dict[str, Any] | None] = [pool_summary(design, i) for i in range(len(variables))]
+        reasons = [untestable_reason(v, [design.pools[k][i] for k in range(3)], runs)
+                   for i, v in enumerate(variables)]
+    else:
+        notes = {}
+        splits = make_pairs(runs, variables, settings.pairs, settings.seed, notes)
+        determined = [source_determined(task, splits[0], i) for i in range(len(variables))]
+        pools = [None] * len(variables)
+        reasons = ["constant within a length: no same-length interchange changes it"
+                   if constant_within_length(v, runs) else None for v in variables]
+    keep = [i for i, reason in enumerate(reasons) if reason is None]
+    untestable = [(variables[i], reasons[i], pools[i]) for i in range(len(variables)) if reasons[i] is not None]
+    splits = tuple([_only(pset, keep) for pset in split] for split in splits)  # type: ignore[assignment]
+    return Prepared([variables[i] for i in keep], skipped, untestable, splits, notes,  # type: ignore[arg-type]
+                    [determined[i] for i in keep], [pools[i] for i in keep])
+
+
+def _only(pset: PairSet, keep: list[int]) -> PairSet:
+    """The pair set with the counterfactuals of variables ``keep`` only."""
+    return PairSet(pset.run, pset.base, pset.source, [pset.cf[i] for i in keep],
+                   [pset.base_answers[i] for i in keep])
 
 
 def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings: Settings, untrained: Side | None,
                     progress: Callable[[int, int], None] | None, carry: dict[str, Any], prepared: tuple
                     ) -> dict[str, Any]:
     """The rows of :func:`alignment_table` from its ``prepared`` variables, skipped ones, pairs and notes."""
-    variables, skipped, (train, val, test), split_notes = prepared
+    variables, skipped, (train, val, test) = prepared.variables, prepared.skipped, prepared.splits
+    split_notes, determined = prepared.notes, prepared.determined
     task = exact.reader.task
     if not variables or not train:
-        return {"rows": [], "skipped": skipped, "sites": [], "settings": _settings(settings, trained)}
+        out = {"rows": [], "skipped": skipped, "sites": [], "settings": _settings(settings, trained)}
+        if prepared.untestable:
+            out["verdicts"] = _with_searches({}, prepared, [])
+        return out
     sites = alignment_sites(trained)
     per_position = task.readout == "per_position"
     gen = torch.Generator().manual_seed(settings.seed)
     max_dim = min(settings.max_dim, trained.d_model)
-    determined = [source_determined(task, train, i) for i in range(len(variables))]
     base_cells = [(i, positions_of(v, determined[i], per_position)) for i, v in enumerate(variables)]
     # Answer-determined variables are localized where they can be told from the answer: at every
     # position of a component's output (which does not hold the input), see localizable().
@@ -142,7 +193,7 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
              if determined[i] >= DETERMINED and localizable(v) and base_cells[i][1] != "all"]
     solves = verdicts.solves_task(task, runs, trained, units)
     if settings.warm_steps is not None and not solves["solves"]:  # a timeline's checkpoint: no fit changes it
-        return _unsolved(variables, skipped, settings, trained, split_notes, solves)
+        return _unsolved(prepared, settings, trained, solves)
     known = known_directions(trained, variables, exact, train)
     warm = carry.setdefault("alignment_fits", {})  # (site, origin, variable, positions, dim, d) -> basis
     # k = 1..max_dim, and the variable's own dimension where it needs more (classes - 1, a count vector)
@@ -166,7 +217,7 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
             if known and not all_warm:  # an exact label's own dimension replaces its probe starts (a probe finds it)
                 for kind in ("probe", "probe (pooled)"):
                     starts[kind] = [None if f.variable in known else p for f, p in zip(fits, starts[kind], strict=True)]
-                starts["known direction"] = [known[f.variable][:, None] if f.variable in known else None
+                starts["known direction"] = [known[f.variable] if f.variable in known else None
                                              for f in fits]
             plans[site] = {"cells": cells, "fits": fits, "keys": keys, "steps": steps}
             jobs.append(FitJob(site, fits, starts, (start, steps)))
@@ -209,7 +260,37 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
     readout = "CLS" if task.use_cls and exact.readout_position == 0 and not per_position else "readout"
     return {"rows": rows, "skipped": skipped, "sites": sites, "variables": _describe(variables, determined),
             "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
-            "verdicts": verdicts.variable_verdicts(rows, sites, readout), **summarize(rows, variables, sites)}
+            "verdicts": _with_searches(verdicts.variable_verdicts(rows, sites, readout), prepared, variables),
+            "pairs": settings.design, **summarize(rows, variables, sites)}
+
+
+def _with_searches(lines: dict[str, dict[str, Any]], prepared: Prepared, variables: list[HighLevel]
+                   ) -> dict[str, dict[str, Any]]:
+    """The verdict lines with each variable's pair design and search (``pairs``, ``pool``, ``effective_share``,
+    ``untestable_reason``), and a line "untestable" for each variable no pair can test."""
+    names = [(v.origin, v.name) for v in variables] + [(v.origin, v.name) for v, _, _ in prepared.untestable]
+    design = "random" if all(p is None for p in prepared.pools) and all(
+        p is None for _, _, p in prepared.untestable) else "designed"
+
+    def key(origin: str, name: str) -> str:
+        return name if origin == "task" or ("task", name) not in names else f"exact:{name}"
+
+    for v, search in zip(variables, prepared.pools, strict=True):
+        line = lines.get(key(v.origin, v.name))
+        if line is not None:
+            line.update(_search_fields(design, search), untestable_reason=None)
+    for v, reason, search in prepared.untestable:
+        lines[key(v.origin, v.name)] = {
+            "verdict": "untestable", "site": None, "position": None, "dim": None, "iia": None, "iia_ci": None,
+            "changed_pairs": 0, "lift": None, "random_iia_p95": None, "origin": v.origin, "position_name": None,
+            "pairs_needed": None, **_search_fields(design, search), "untestable_reason": reason}
+    return lines
+
+
+def _search_fields(design: str, search: dict[str, Any] | None) -> dict[str, Any]:
+    return {"pairs": design, "pool": None if search is None else search["searched"],
+            "effective_share": None if search is None else search["effective_share"],
+            "search": search}
 
 
 def _site_rows(task: tasks.Task, trained: Side, site: str, plan: dict[str, Any], common: dict[str, Any],
@@ -275,10 +356,10 @@ def _site_rows(task: tasks.Task, trained: Side, site: str, plan: dict[str, Any],
     return site_rows
 
 
-def _unsolved(variables: list[HighLevel], skipped: list[dict[str, Any]], settings: Settings, trained: Side,
-              split_notes: dict[str, Any], solves: dict[str, Any]) -> dict[str, Any]:
+def _unsolved(prepared: Prepared, settings: Settings, trained: Side, solves: dict[str, Any]) -> dict[str, Any]:
     """A timeline's checkpoint that does not solve the task: every variable's verdict is "model does not solve
     the task" whatever a fit would find (verdicts.row_verdict), so none is fitted; the lines say so."""
+    variables = prepared.variables
     names = [(v.origin, v.name) for v in variables]
     lines = {}
     for origin, name in names:
@@ -286,10 +367,10 @@ def _unsolved(variables: list[HighLevel], skipped: list[dict[str, Any]], setting
         lines[key] = {"verdict": "model does not solve the task", "site": None, "position": None, "dim": None,
                       "iia": None, "iia_ci": None, "changed_pairs": 0, "lift": None, "random_iia_p95": None,
                       "origin": origin, "position_name": None, "not_fitted": "the model does not solve the task"}
-    return {"rows": [], "skipped": skipped + [{"variable": None, "reason": "not fitted: the model does not solve the "
-                                               "task (accuracy below the threshold in solves)"}],
-            "sites": [], "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
-            "verdicts": lines, **summarize([], variables)}
+    return {"rows": [], "skipped": prepared.skipped + [{"variable": None, "reason": "not fitted: the model does "
+                                                        "not solve the task (accuracy below the threshold in solves)"}],
+            "sites": [], "settings": _settings(settings, trained), "split": prepared.notes, "solves": solves,
+            "verdicts": _with_searches(lines, prepared, variables), **summarize([], variables)}
 
 
 def _fit_steps(settings: Settings, all_warm: bool) -> int | None:
@@ -305,8 +386,11 @@ def _describe(variables: list[HighLevel], determined: list[float] | None = None)
 
 
 def _settings(settings: Settings, side: Side) -> dict[str, Any]:
+    designed = settings.design == "designed"
     return {"max_dim": min(settings.max_dim, side.d_model), "steps": settings.steps, "lr": settings.lr,
-            "batch": settings.batch, "pairs_per_length": settings.pairs, "split": list(SPLIT),
+            "batch": settings.batch, "pairs": settings.design,
+            "pairs_per_length": None if designed else settings.pairs,
+            "changed_test_pairs_per_variable": settings.pairs if designed else None, "split": list(SPLIT),
             "untrained_baseline": settings.untrained}
 
 

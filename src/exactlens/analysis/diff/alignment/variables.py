@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,44 +60,97 @@ def _task_values(task: tasks.Task, var: Any, run: LengthRun, b: torch.Tensor) ->
     return values.reshape(rows, 1, -1).expand(rows, n, -1)
 
 
-def exact_variables(exact: Side, features: list[dict[str, Any]]) -> tuple[list[HighLevel], list[dict[str, Any]]]:
-    """The exact circuit's computed, non-constant residual labels (from the probe table's features)."""
+def exact_variables(exact: Side, features: list[dict[str, Any]], runs: list[LengthRun] | None = None
+                    ) -> tuple[list[HighLevel], list[dict[str, Any]]]:
+    """The exact circuit's computed, non-constant residual labels (from the probe table's features); the
+    members of a one-hot group (:func:`one_hot_groups`, on ``runs``' words) as one variable."""
     out, skipped = [], []
     labels = [feat["label"] for feat in sorted(features, key=lambda f: f["index"])]
+    kept = []
     for feat in features:
         if feat["constant"]:
             skipped.append({"variable": feat["label"], "reason": "constant on these words"})
-            continue
-        if feat["exact_site"] == exact.sites[0]:
+        elif feat["exact_site"] == exact.sites[0]:
             skipped.append({"variable": feat["label"], "reason": "input feature (set by the embedding)"})
-            continue
-        if is_negated_copy(labels, feat["label"]):
+        elif is_negated_copy(labels, feat["label"]):
             skipped.append({"variable": feat["label"], "reason": "negated copy in a doubled residual [x; -x]: tested "
                             f"with {feat['label'][2:-1]} as the one direction e_L - e_-(L)"})
-            continue
-        index, site, scope = feat["index"], feat["exact_site"], feat["positions"]
-        direction = (label_direction(labels, feat["label"]).numpy() if len(labels) == exact.d_model
-                     else np.eye(exact.d_model)[index])
-
-        def counterfactual(run: LengthRun, b: torch.Tensor, s: torch.Tensor, site=site, direction=direction,
-                           scope=scope) -> torch.Tensor:
-            rows = exact.model.readout_rows(run.n_positions)
-            positions = np.array([int(rows[0])]) if scope == "readout" and rows is not None else None
-            n_pos = run.n_positions[b]
-            writer = writer_site(exact, site)
-            outputs = _patched_outputs(exact, run.tokens[b], writer, direction, run.exact_acts[writer][s.numpy()],
-                                       positions, n_pos)
-            return no_answer_where_tied(exact, outputs, exact.reader.decide(outputs, n_pos))
-
-        def base_answer(run: LengthRun, b: torch.Tensor) -> torch.Tensor:
-            return exact.reader.decide(run.exact_outputs[b], run.n_positions[b])
-
-        def values(run: LengthRun, b: torch.Tensor, site=site, index=index) -> torch.Tensor:
-            return torch.as_tensor(run.exact_acts[site][b.numpy()][:, :, index], dtype=torch.float64)[..., None]
-
-        out.append(HighLevel(feat["label"], "exact", "position" if scope == "all" else "word", counterfactual,
-                             base_answer, {"exact_site": site, "exact_positions": scope}, values))
+        else:
+            kept.append(feat)
+    groups = one_hot_groups(exact, kept, runs or [])
+    grouped = {m["label"] for members in groups.values() for m in members}
+    for name, members in groups.items():
+        out.append(_exact_variable(exact, name, members, labels))
+    out += [_exact_variable(exact, feat["label"], [feat], labels) for feat in kept if feat["label"] not in grouped]
     return out, skipped
+
+
+def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], labels: list[str]) -> HighLevel:
+    """One exact variable: a label, or a one-hot group swapped whole (its members' dimensions together)."""
+    site, scope = members[0]["exact_site"], members[0]["positions"]
+    index = [m["index"] for m in members]
+    if len(labels) == exact.d_model:
+        direction = torch.stack([label_direction(labels, m["label"]) for m in members], 1).numpy()
+    else:
+        direction = np.eye(exact.d_model)[:, index]
+
+    def counterfactual(run: LengthRun, b: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        rows = exact.model.readout_rows(run.n_positions)
+        positions = np.array([int(rows[0])]) if scope == "readout" and rows is not None else None
+        n_pos = run.n_positions[b]
+        writer = writer_site(exact, site)
+        outputs = _patched_outputs(exact, run.tokens[b], writer, direction, run.exact_acts[writer][s.numpy()],
+                                   positions, n_pos)
+        return no_answer_where_tied(exact, outputs, exact.reader.decide(outputs, n_pos))
+
+    def base_answer(run: LengthRun, b: torch.Tensor) -> torch.Tensor:
+        return exact.reader.decide(run.exact_outputs[b], run.n_positions[b])
+
+    def values(run: LengthRun, b: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(run.exact_acts[site][b.numpy()][:, :, index], dtype=torch.float64)
+
+    detail: dict[str, Any] = {"exact_site": site, "exact_positions": scope}
+    if len(members) > 1:
+        detail["members"] = [m["label"] for m in members]
+    return HighLevel(name, "exact", "position" if scope == "all" else "word", counterfactual, base_answer, detail,
+                     values)
+
+
+_GROUP_NAME = re.compile(r"(?P<prefix>.+?)(?P<sep>[:_])(?P<value>[A-Za-z0-9.+-]+)$")
+
+
+def group_key(label: str) -> tuple[str, str] | None:
+    """(prefix, separator) of a label that names one value of a categorical variable: tracr's
+    ``name:value`` (the last ':'), or ``name_value`` with a plain value (``next_a``); None otherwise."""
+    if ":" in label:
+        prefix, value = label.rsplit(":", 1)
+        return (prefix, ":") if prefix and value else None
+    match = _GROUP_NAME.match(label)
+    return (match["prefix"], "_") if match and match["sep"] == "_" else None
+
+
+def one_hot_groups(exact: Side, feats: list[dict[str, Any]], runs: list[LengthRun]) -> dict[str, list[dict]]:
+    """Labels that are one categorical variable coded one-hot: two or more labels of one name (``hist_2:0``,
+    ``hist_2:1``...; ``next_a``, ``next_b``...), settled at one site and patched at the same positions, of
+    which at most one is non-zero at every position of every word in ``runs``. Swapping one member alone
+    leaves two classes set (or none), whose logits tie (:func:`no_answer_where_tied`): such a label has no
+    counterfactual of its own, the group has. Named ``prefix:*`` or ``prefix_*``."""
+    by_key: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for feat in feats:
+        key = group_key(feat["label"])
+        if key is not None:
+            by_key.setdefault((*key, feat["exact_site"], feat["positions"]), []).append(feat)
+    out = {}
+    for (prefix, sep, site, _), members in by_key.items():
+        members = sorted(members, key=lambda f: f["index"])
+        if len(members) < 2 or not runs:
+            continue
+        index = [m["index"] for m in members]
+        acts = [np.asarray(run.exact_acts[site])[..., index].reshape(-1, len(index)) for run in runs
+                if site in run.exact_acts and len(run.ids)]
+        if acts and all(int((a != 0).sum(1).max(initial=0)) <= 1 for a in acts):
+            out[f"{prefix}{sep}*"] = members
+    return out
 
 
 TIED = -100  # a counterfactual class with no answer (cross-entropy's ignore_index; units() leaves it out)
