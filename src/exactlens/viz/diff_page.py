@@ -76,7 +76,8 @@ def probe_heatmap(probes: dict[str, Any]) -> str:
 
 VERDICT_MARKS = {"computed": "✓ computed", "not found": "not found", "indistinguishable from the answer": "= answer",
                  "illusion suspected": "⚠ illusion", "unconverged": "unconverged",
-                 "model does not solve the task": "task unsolved", "too few pairs": "too few pairs"}
+                 "model does not solve the task": "task unsolved", "too few pairs": "too few pairs",
+                 "in the input": "in the input", "untestable": "untestable"}
 
 
 def _ci(ci: Any) -> str:

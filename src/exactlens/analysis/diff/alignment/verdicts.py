@@ -21,7 +21,18 @@ row of the alignment table gets one verdict, and each variable one line (``summa
 * ``"too few pairs"``: fewer than MIN_CHANGED_PAIRS held-out test pairs change the answer through the
   variable: even all right, the interval is too wide to claim it computed (10 of 10 right: [0.72, 1]),
   and a low score on so few is no evidence of absence either.
+* ``"in the input"``: the row would be "computed", at ``blocks.0.hook_resid_pre``: the embedded tokens
+  and positions carry the variable (a function of the token or the position alone, e.g. Dyck's
+  ``bools_open``), so nothing computes it. A variable with such a row is "in the input" whatever later
+  sites also carry.
+* ``"untestable"`` (a variable's line, never a row): no pair can test it; ``untestable_reason`` says
+  why, e.g. "constant within a length: no same-length interchange changes it" (parity's 1/n), or no
+  pair of the designed search changes the exact output through it.
 * ``"not found"``: everything else.
+
+``pairs_needed`` (a variable's line): where the interval at the observed rate is too wide to decide
+whether the IIA clears COMPUTED_IIA, the number of changed test pairs at which it would (at that
+rate); None where it already does (or no count up to PAIRS_NEEDED_CAP would).
 
 A variable's line is its best row, chosen on *validation* pairs (never on the test pairs that give
 the reported IIA).
@@ -43,7 +54,9 @@ WILSON_Z = 1.959963984540054  # two-sided 95 %
 MIN_CHANGED_PAIRS = 10  # changed test pairs a row needs for "computed" / "not found" (fewer: "too few pairs")
 
 VERDICTS = ("computed", "not found", "indistinguishable from the answer", "illusion suspected", "unconverged",
-            "model does not solve the task", "too few pairs")
+            "model does not solve the task", "too few pairs", "in the input", "untestable")
+INPUT_SITE = "blocks.0.hook_resid_pre"  # the embedded tokens and positions
+PAIRS_NEEDED_CAP = 100_000
 
 
 # Brown, Cai & DasGupta (2001), modified Wilson: with 1-3 successes (or failures) the Wilson bound
@@ -136,6 +149,8 @@ def row_verdict(row: dict[str, Any], determined: float, solves: bool, determined
     if (row.get("changed_pairs") or 0) < MIN_CHANGED_PAIRS:
         return "too few pairs"
     converged = row.get("converged")
+    if passes and row.get("site") == INPUT_SITE:
+        return "in the input"
     if passes:
         return "unconverged" if converged is False else "computed"
     ci, floor = row.get("iia_ci"), row.get("random_iia_changed")
@@ -181,7 +196,8 @@ def variable_verdicts(rows: list[dict[str, Any]], sites: list[str], readout_name
         if determined:
             best = _answer_determined(own, scored, order, min(arrival) if arrival else None)
         else:
-            computed = [r for r in scored if r["verdict"] == "computed"]
+            computed = [r for r in scored if r["verdict"] == "in the input"] or [
+                r for r in scored if r["verdict"] == "computed"]
             best = min(computed or scored or own, key=lambda r: _selection_key(r, order))
         out[key] = _line(best, origin, readout_name)
     return out
@@ -214,10 +230,34 @@ def _line(best: dict[str, Any], origin: str, readout_name: str) -> dict[str, Any
         "random_iia_p95": best.get("random_iia_p95"),
         "origin": origin,
         "position_name": readout_name if best["position"] == "readout" else "every position",
+        "pairs_needed": pairs_needed(best.get("iia_changed"), best.get("changed_pairs") or 0),
     }
     if best["verdict"] in ("indistinguishable from the answer", "model does not solve the task"):
         line["site"] = line["position"] = None  # no site is claimed
+        line["pairs_needed"] = None  # decided by what the counterfactual is, or by the behaviour
     return line
+
+
+def pairs_needed(iia: float | None, changed: int) -> int | None:
+    """The changed test pairs at which the 95 % interval of an IIA observed at rate ``iia`` would lie wholly
+    on one side of COMPUTED_IIA (at least MIN_CHANGED_PAIRS); None where the ``changed`` pairs already do,
+    where nothing was measured, or where no count up to PAIRS_NEEDED_CAP would (a rate at the threshold)."""
+    if iia is None or not changed:
+        return None
+
+    def decided(n: int) -> bool:
+        ci = wilson(int(round(iia * n)), n)
+        return ci is not None and n >= MIN_CHANGED_PAIRS and (ci[0] > COMPUTED_IIA or ci[1] < COMPUTED_IIA)
+
+    if decided(changed):
+        return None
+    n = max(changed, MIN_CHANGED_PAIRS)
+    while n <= PAIRS_NEEDED_CAP and not decided(n):
+        n = int(math.ceil(n * 1.05))
+    if n > PAIRS_NEEDED_CAP:
+        return None
+    low = max(changed, MIN_CHANGED_PAIRS, int(n / 1.05))
+    return next(m for m in range(low, n + 1) if decided(m))
 
 
 def _f(value: float | None) -> str:
@@ -232,14 +272,18 @@ def format_verdict_line(variable: str, v: dict[str, Any]) -> str:
     numbers = (f"IIA {_f(v.get('iia'))}{interval}, {v.get('changed_pairs', 0)} changed pairs, "
                f"lift {_f(v.get('lift'))}, random p95 {_f(v.get('random_iia_p95'))}")
     verdict = v["verdict"]
+    if verdict == "untestable":
+        return f"{variable}: untestable ({v.get('untestable_reason')})"
     if not v.get("changed_pairs"):
         return f"{variable}: {verdict} (no test pair changes the answer through it: untestable on these pairs)"
+    if v.get("pairs_needed"):
+        numbers += f"; {v['pairs_needed']} changed pairs would decide it"
     if v.get("site") is None:
         where = " (best anywhere: " if verdict == "indistinguishable from the answer" else " ("
         return f"{variable}: {verdict}{where}{numbers})"
     position = v.get("position_name") or ("readout" if v.get("position") == "readout" else "every position")
     position = position if position == "every position" else f"[{position}]"
-    preposition = "at" if verdict == "computed" else "best at"
+    preposition = "at" if verdict in ("computed", "in the input") else "best at"
     return f"{variable}: {verdict} {preposition} {v['site']} {position} (k={v.get('dim')}, {numbers})"
 
 

@@ -1,0 +1,148 @@
+"""Counterfactual pairs designed from the exact circuit (issue 41): every variable decided where the exact
+circuit has effective pairs, one-hot groups swapped whole, "untestable" with its reason, "in the input",
+and the number of changed pairs that would decide a verdict."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from exactlens import tasks
+from exactlens.analysis.diff import diff
+from exactlens.analysis.diff.alignment.designed import (
+    changed_units,
+    constant_within_length,
+    design_pairs,
+    untestable_reason,
+)
+from exactlens.analysis.diff.alignment.variables import HighLevel, group_key, task_variables
+from exactlens.analysis.diff.alignment.verdicts import (
+    COMPUTED_IIA,
+    MIN_CHANGED_PAIRS,
+    format_verdict_line,
+    pairs_needed,
+    row_verdict,
+    variable_verdicts,
+    wilson,
+)
+from exactlens.analysis.diff.runs import make_side, run_both
+from exactlens.constructions import build
+from exactlens.errors import ExactLensError
+
+SMALL = dict(parts=("alignment",), das_max_dim=1, das_steps=40, alignment_pairs=16, untrained_baseline=False)
+
+
+def _side(name: str, lengths: list[int]):
+    model = build(name, dtype="float64")
+    task = tasks.of_model(model)
+    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
+    return task, side, run_both(task, lengths, 64, 0, side, side)
+
+
+def test_designed_pairs_decide_where_random_pairs_are_too_few() -> None:
+    """FIRST at 16 pairs: random pairs leave 6 changed test pairs (its variables undecided, "indistinguishable"
+    at the readout and too few for their localization); designed pairs hold the 16 asked, each effective, and
+    the variables are "computed" at the circuit's site."""
+    random = diff("first", "first", lengths=[3, 4, 5, 6], pairs="random", **SMALL)["summary"]["verdicts"]
+    designed = diff("first", "first", lengths=[3, 4, 5, 6], **SMALL)["summary"]["verdicts"]
+    for name in ("first symbol", "I[w_i=1 & i=1]"):
+        assert random[name]["changed_pairs"] < MIN_CHANGED_PAIRS, random[name]
+        assert random[name]["verdict"] != "computed" and random[name]["pairs"] == "random"
+        line = designed[name]
+        assert line["verdict"] == "computed" and line["changed_pairs"] >= 16 and line["iia"] == 1.0, line
+        assert line["site"] == "blocks.0.hook_mlp_out", line
+        assert line["pairs"] == "designed" and line["pool"] >= line["changed_pairs"]
+        assert 0.3 < line["effective_share"] < 0.7, line  # the first symbols differ on about half of the pairs
+        assert line["untestable_reason"] is None
+
+
+def test_design_keeps_only_effective_pairs_and_meets_its_targets() -> None:
+    task, side, runs = _side("first", [4, 5, 6, 7])
+    variables = task_variables(task)
+    design = design_pairs(task, runs, variables, 20, seed=0)
+    assert design.notes["word_disjoint"]
+    for split, target in zip(design.splits, (60, 20, 20), strict=True):
+        units = [changed_units(task, p.cf[0], p.base_answers[0], p.run.n_positions[p.base]) for p in split]
+        joined = torch.cat(units)
+        assert bool((joined > 0).all())  # nothing ineffective fills the target
+        assert int(joined.sum()) >= target
+    words = [{tuple(p.run.ids[i].tolist()) for p in split for i in (*p.base.tolist(), *p.source.tolist())}
+             for split in design.splits]
+    assert not words[0] & words[2] and not words[1] & words[2]  # test words unseen in fitting
+    pool = design.pools[2][0]
+    assert pool.searched >= pool.effective >= 20 and pool.kept_units >= 20
+
+
+def test_an_ineffective_pool_is_reported_and_untestable() -> None:
+    """A planted variable whose swap never changes the answer: every candidate searched, none effective, no
+    pair kept (never filled up), and the reason says how many were searched."""
+    task, side, runs = _side("first", [3, 4])
+    still = HighLevel("never moves", "task", "word", lambda run, b, s: run.truth[b], lambda run, b: run.truth[b],
+                      values=lambda run, b: torch.rand(len(b), run.tokens.shape[1], 1, dtype=torch.float64))
+    design = design_pairs(task, runs, [still], 10, seed=0)
+    assert not any(design.splits[2]) and not any(design.splits[1])
+    pools = [design.pools[k][0] for k in range(3)]
+    assert all(p.effective == 0 and p.searched > 0 for p in pools)
+    reason = untestable_reason(still, pools, runs)
+    assert reason is not None and str(sum(p.searched for p in pools)) in reason
+
+
+def test_a_variable_constant_within_a_length_is_untestable() -> None:
+    """parity's 1/n and Dyck-1's 1/(i+1) take one value on every word of a length: "untestable" with the
+    reason, in both pair designs, and never fitted."""
+    for design in ("designed", "random"):
+        result = diff("parity", "parity", lengths=[3, 4, 5], pairs=design, **SMALL)
+        line = result["summary"]["verdicts"]["1/n"]
+        assert line["verdict"] == "untestable", line
+        assert line["untestable_reason"].startswith("constant within a length"), line
+        assert not [r for r in result["alignment"] if r["variable"] == "1/n"]
+        assert "untestable (constant within a length" in format_verdict_line("1/n", line)
+    dyck = diff("dyck1", "dyck1", lengths=[4, 6], **SMALL)["summary"]["verdicts"]
+    assert dyck["1/(i+1)"]["verdict"] == "untestable", dyck["1/(i+1)"]
+    task, _, runs = _side("first", [3, 4])
+    length = HighLevel("n", "task", "word", lambda run, b, s: run.truth[b], lambda run, b: run.truth[b],
+                       values=lambda run, b: torch.full((len(b), run.tokens.shape[1], 1), float(run.length)))
+    assert constant_within_length(length, runs)
+    assert not constant_within_length(task_variables(task)[0], runs)
+
+
+def test_a_one_hot_group_is_one_variable_swapped_whole() -> None:
+    """induction-recent's next_a, next_b, next_c: swapped alone each leaves a tie (no answer); as the group
+    next_* they are one variable with its members listed, whose swap is the answer's (indistinguishable);
+    prev_* is computed at the circuit's site."""
+    assert group_key("next_a") == ("next", "_") and group_key("hist_2:3") == ("hist_2", ":")
+    assert group_key("I[w_i=1 & i=1]") is None and group_key("1/(i+1)") is None
+    result = diff("induction-recent", "induction-recent", lengths=[6, 8], **{**SMALL, "das_max_dim": 3})
+    lines = result["summary"]["verdicts"]
+    described = {v["variable"]: v for v in result["alignment_details"]["variables"]}
+    assert described["next_*"]["members"] == ["next_a", "next_b", "next_c"]
+    assert not {"next_a", "next_b", "next_c", "prev_a"} & set(lines)
+    assert lines["next_*"]["verdict"] == "indistinguishable from the answer" and lines["next_*"]["changed_pairs"] >= 16
+    assert lines["prev_*"]["verdict"] == "computed" and lines["prev_*"]["site"] == "blocks.0.hook_attn_out"
+
+
+def test_in_the_input_and_pairs_needed() -> None:
+    row = {"iia_changed": 1.0, "iia_ci": wilson(40, 40), "changed_pairs": 40, "random_iia_changed": 0.1,
+           "random_iia_p95": 0.2, "do_nothing_iia": 0.0, "converged": True, "site": "blocks.0.hook_resid_pre"}
+    assert row_verdict(row, 0.0, True, 0.99) == "in the input"
+    assert row_verdict({**row, "site": "blocks.0.hook_attn_out"}, 0.0, True, 0.99) == "computed"
+    later = {**row, "site": "blocks.0.hook_attn_out", "verdict": "computed", "origin": "task", "variable": "v",
+             "position": "all", "dim": 1, "validation_iia_changed": 1.0}
+    first = {**later, "site": "blocks.0.hook_resid_pre", "verdict": "in the input"}
+    line = variable_verdicts([later, first], ["blocks.0.hook_resid_pre", "blocks.0.hook_attn_out"])["v"]
+    assert line["verdict"] == "in the input" and line["site"] == "blocks.0.hook_resid_pre"
+    # all right on 16: [0.81, 1] straddles 0.9, and 35 all right would decide it
+    needed = pairs_needed(1.0, 16)
+    assert needed == 35 and wilson(35, 35)[0] > COMPUTED_IIA > wilson(34, 34)[0]
+    assert pairs_needed(1.0, 64) is None  # decided
+    assert pairs_needed(0.5, 20) is None  # [0.30, 0.70]: below 0.9 already
+    assert pairs_needed(0.9, 50) is None  # at the threshold no count decides
+    assert pairs_needed(None, 0) is None and pairs_needed(1.0, 0) is None
+    assert math.isclose(wilson(35, 35)[0], wilson(35, 35)[0])
+
+
+def test_bad_pair_design_is_refused() -> None:
+    with pytest.raises(ExactLensError, match="pairs"):
+        diff("first", "first", lengths=[3], pairs="clever", **SMALL)
