@@ -146,3 +146,17 @@ def test_in_the_input_and_pairs_needed() -> None:
 def test_bad_pair_design_is_refused() -> None:
     with pytest.raises(ExactLensError, match="pairs"):
         diff("first", "first", lengths=[3], pairs="clever", **SMALL)
+
+
+def test_stacked_fits_split_in_passes_give_the_same_alignment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory budget of one copy per pass (every stacked fit, score and random draw in its own forward
+    pass, each pass's loss backpropagated alone) gives the alignment of one pass for all."""
+    from exactlens.analysis.diff.alignment import patch
+
+    kwargs = dict(lengths=[3, 4, 5], **SMALL)
+    whole = diff("first", "first", **kwargs)
+    monkeypatch.setattr(patch, "PASS_BYTES", 1)
+    assert patch.copies_per_pass(_side("first", [3])[1], 32, 6) == 1
+    split = diff("first", "first", **kwargs)
+    key = ("variable", "site", "position", "dim", "iia_changed", "changed_pairs", "verdict")
+    assert [[r[k] for k in key] for r in split["alignment"]] == [[r[k] for k in key] for r in whole["alignment"]]

@@ -9,7 +9,15 @@ import torch
 
 from exactlens import tasks
 from exactlens.analysis.diff.alignment.pairs import PairSet
-from exactlens.analysis.diff.alignment.patch import Fit, Patcher, inside_last, patch_masks, site_acts, span_projectors
+from exactlens.analysis.diff.alignment.patch import (
+    Fit,
+    Patcher,
+    copies_per_pass,
+    inside_last,
+    patch_masks,
+    site_acts,
+    span_projectors,
+)
 from exactlens.analysis.diff.alignment.score import score_group
 from exactlens.analysis.diff.alignment.starts import (
     pick_best,
@@ -194,14 +202,20 @@ def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: lis
                 sources = {job.site: site_acts(p, pset, caches[job.site])[1][pick]
                            for p, job in zip(patchers, jobs, strict=True)}
                 n_pos = pset.run.n_positions[pset.base[pick]]
-                outputs = patchers[first].outputs(
-                    {"input": base["input"][pick]}, sources, span_projectors(weights, dims),
-                    patch_masks(side, pset.run, cand_fits), n_pos, [jobs[j].site for j in rows_of])
-                targets = torch.cat([pset.cf[f.variable][pick] for f in cand_fits])
-                n_all = n_pos.repeat(len(cand_fits))
-                loss = kinds.loss(task, side.reader.evidence(outputs, n_all), targets, n_all).sum() / len(pick)
+                masks = patch_masks(side, pset.run, cand_fits)
                 optimizer.zero_grad()
-                loss.backward()
+                # the candidates in passes that fit in memory, each pass's loss backpropagated alone (the
+                # candidates' weights are disjoint rows, so the summed gradient is the whole batch's)
+                step_size = copies_per_pass(side, len(pick), masks.shape[1])
+                for lo in range(0, len(cand_fits), step_size):
+                    hi = min(lo + step_size, len(cand_fits))
+                    outputs = patchers[first].outputs(
+                        {"input": base["input"][pick]}, sources, span_projectors(weights[lo:hi], dims[lo:hi]),
+                        masks[lo:hi], n_pos, [jobs[j].site for j in rows_of[lo:hi]])
+                    targets = torch.cat([pset.cf[f.variable][pick] for f in cand_fits[lo:hi]])
+                    n_all = n_pos.repeat(hi - lo)
+                    loss = kinds.loss(task, side.reader.evidence(outputs, n_all), targets, n_all).sum() / len(pick)
+                    loss.backward()
                 optimizer.step()
     finally:
         for p in frozen:

@@ -12,6 +12,7 @@ from exactlens.analysis.diff.alignment.pairs import PairSet
 from exactlens.analysis.diff.runs import LengthRun, Side
 from exactlens.devices import device_of
 from exactlens.model import ExactTransformer
+from exactlens.resources import memory_limit
 
 SITE_KINDS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
 
@@ -60,7 +61,21 @@ class Patcher:
         """Task outputs of F stacked copies of the base rows, copy f patched with projector[f]
         ([F, d, d]) towards ``source_site`` at the positions of mask[f] ([F, pos]). ``row_sites``: copy
         f is patched at row_sites[f] instead of this patcher's site, towards source_site[row_sites[f]]
-        (the input ``base["input"]`` is at this patcher's layer, the earliest of them)."""
+        (the input ``base["input"]`` is at this patcher's layer, the earliest of them). The copies run
+        in passes of at most :func:`copies_per_pass` (the same outputs, in less memory)."""
+        step = copies_per_pass(self.side, int(n_positions.shape[0]), int(mask.shape[1]))
+        if projector.shape[0] <= step:
+            return self._outputs(base, source_site, projector, mask, n_positions, row_sites)
+        parts = []
+        for lo in range(0, projector.shape[0], step):
+            hi = min(lo + step, projector.shape[0])
+            parts.append(self._outputs(base, source_site, projector[lo:hi], mask[lo:hi], n_positions,
+                                       None if row_sites is None else row_sites[lo:hi]))
+        return torch.cat(parts)
+
+    def _outputs(self, base: dict[str, torch.Tensor], source_site: torch.Tensor | dict[str, torch.Tensor],
+                 projector: torch.Tensor, mask: torch.Tensor, n_positions: torch.Tensor,
+                 row_sites: list[str] | None = None) -> torch.Tensor:
         repeats, device = projector.shape[0], device_of(self.model)  # the patch is computed where the model runs
         mask = mask.to(device=device, dtype=self.dtype)
         projector_here = projector.to(device)
@@ -106,6 +121,23 @@ class Patcher:
             for handle in handles:
                 handle.remove()
         return self.model.select_readout(logits, n_pos.to(device)).double().cpu()
+
+
+PASS_BYTES = 1 << 29  # activation memory one stacked patched forward pass may take (at most a quarter of the limit)
+
+
+def copies_per_pass(side: Side, batch: int, n_pos: int) -> int:
+    """How many patched copies of ``batch`` words of ``n_pos`` positions one forward pass runs: as many as
+    fit in PASS_BYTES (and a quarter of the memory limit) by the model's own estimate
+    (``forward_bytes``) or, for another model, 16 residual-width activations per layer and position."""
+    budget = min(PASS_BYTES, memory_limit() // 4)
+    model = side.model
+    if hasattr(model, "forward_bytes"):
+        per_copy = model.forward_bytes(batch, n_pos, hooked=False)
+    else:
+        item = torch.finfo(next(model.parameters()).dtype).bits // 8
+        per_copy = 16 * max(side.n_layers, 1) * batch * n_pos * side.d_model * item
+    return max(1, int(budget // max(per_copy, 1)))
 
 
 def patch_masks(side: Side, run: LengthRun, fits: list[Fit]) -> torch.Tensor:
