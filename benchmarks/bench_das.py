@@ -4,7 +4,10 @@ Goal (issue 14): a diff of a trained model against its exact construction with e
 over every variable x site included, at lengths 1..32 with 256 words per length, in under 60 s on
 2 cores. The trained model is FIRST (the Chiang & Cholak preset, a short run); the baseline is
 the same diff without the alignment part, so the ratio is what DAS costs on top of the rest.
-Rounds alternate which side runs first; the table gives the median and the fastest round.
+The full diff runs twice, with counterfactual pairs designed from the exact circuit (the default) and
+with random pairs (``pairs="random"``, the old draw), and each variable's changed test pairs and
+interval are printed side by side (issue 41: designed pairs should need no more time for a narrower
+interval). Rounds rotate which runs first; the table gives the median and the fastest round.
 
 Usage: PYTHONPATH=src python benchmarks/bench_das.py [--max-length 32] [--strings 256] [--rounds 2]
        [--das-steps 80] [--threads 2] [--quick] [--results PATH]
@@ -46,17 +49,17 @@ def main() -> None:
                   train_length=[1, 10], test_length=50, test_strings=100, eval_every=0, lr=1e-3).model
     lengths = list(range(1, args.max_length + 1))
     without = tuple(p for p in PARTS if p != "alignment")
-    times: dict[str, list[float]] = {"full": [], "without DAS": []}
-    result = None
+    times: dict[str, list[float]] = {"full": [], "full, random pairs": [], "without DAS": []}
+    results: dict[str, dict] = {}
+    order = [("full", PARTS, "designed"), ("full, random pairs", PARTS, "random"), ("without DAS", without, "designed")]
     for round_ in range(args.rounds):
-        order = [("full", PARTS), ("without DAS", without)]
-        for name, parts in order if round_ % 2 == 0 else order[::-1]:
+        for name, parts, pairs in order[round_ % 3:] + order[:round_ % 3]:
             start = time.perf_counter()
-            out = diff(model, "first", lengths=lengths, strings=args.strings, parts=parts, das_steps=args.das_steps)
+            out = diff(model, "first", lengths=lengths, strings=args.strings, parts=parts, das_steps=args.das_steps,
+                       pairs=pairs)
             times[name].append(time.perf_counter() - start)
-            if name == "full":
-                result = out
-    assert result is not None
+            results[name] = out
+    result = results["full"]
     rows = result["alignment"]
     n_variables, n_sites = len({r["variable"] for r in rows}), len({r["site"] for r in rows})
     print(f"FIRST, lengths 1..{args.max_length}, {args.strings} words per length; DAS: "
@@ -76,6 +79,19 @@ def main() -> None:
     summary = result["summary"]
     print(f"summary: mean DAS IIA (changed) {summary['mean_das_iia_changed']}, random "
           f"{summary['mean_random_iia_changed']}, untrained {summary['mean_untrained_iia_changed']}")
+    random_full = statistics.median(times["full, random pairs"])
+    goals.add("full diff with designed pairs / with random pairs", full / random_full, "x", "<= 1")
+    print("| variable | designed: verdict, changed pairs, interval | random: verdict, changed pairs, interval |")
+    print("|---|---|---|")
+    lines = {name: results[name]["summary"]["verdicts"] for name in ("full", "full, random pairs")}
+    for variable in lines["full"]:
+        cells = []
+        for name in ("full", "full, random pairs"):
+            v = lines[name].get(variable) or {}
+            ci = v.get("iia_ci")
+            cells.append(f"{v.get('verdict')}, {v.get('changed_pairs')}, "
+                         f"{'-' if not ci else f'[{ci[0]:.2f}, {ci[1]:.2f}]'}")
+        print(f"| {variable} | {cells[0]} | {cells[1]} |")
     goals.write(args.results, args.overwrite)
 
 

@@ -139,8 +139,14 @@ def judge(name: str, result: dict[str, Any]) -> dict[str, Any]:
         origin = line["origin"]
         variable = key.split(":", 1)[1] if key.startswith("exact:") else key
         info = described.get((origin, variable), {})
+        if line["verdict"] == "untestable":
+            exempt[key] = f"untestable: {line.get('untestable_reason')}"
+            continue
         if not line.get("changed_pairs"):
             exempt[key] = "untestable: no test pair changes the answer through it"
+            continue
+        if line["verdict"] == "in the input" and origin == "task":
+            exempt[key] = "in the input: the embedded tokens and positions carry it (a function of the token alone)"
             continue
         determined = (info.get("source_determined") or 0) >= 0.99
         if determined and origin == "exact" and info.get("exact_positions") != "all":

@@ -119,7 +119,9 @@ def _all_words(run: LengthRun) -> np.ndarray:
 def _candidates(run: LengthRun, words: np.ndarray, cap: int, rng: np.random.Generator
                 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """(base, source) word indices of a run to search, in random order, and whether they are every ordered
-    pair of distinct words (else ``cap`` pairs with bases balanced over the answers, :func:`.pairs.draw_pairs`)."""
+    pair of distinct words (else up to ``cap`` distinct pairs with bases balanced over the answers,
+    :func:`.pairs.draw_pairs`). Unlike random pairs, which repeat a pair where a split has few words, no
+    pair is searched (or kept) twice."""
     n = len(words)
     if n < 2:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), True
@@ -128,7 +130,9 @@ def _candidates(run: LengthRun, words: np.ndarray, cap: int, rng: np.random.Gene
         order = rng.permutation(len(b))
         return words[b[order]], words[s[order]], True
     b, s = draw_pairs(run.truth[torch.as_tensor(words)], cap, rng)
-    return words[b], words[s], False
+    _, first = np.unique(b * n + s, return_index=True)  # each pair once: an interval counts distinct pairs
+    keep = np.sort(first)
+    return words[b[keep]], words[s[keep]], False
 
 
 def _search(task: tasks.Task, pools: list[tuple[LengthRun, np.ndarray]], variables: list[HighLevel], target: int,
