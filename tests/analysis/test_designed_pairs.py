@@ -160,3 +160,26 @@ def test_stacked_fits_split_in_passes_give_the_same_alignment(monkeypatch: pytes
     split = diff("first", "first", **kwargs)
     key = ("variable", "site", "position", "dim", "iia_changed", "changed_pairs", "verdict")
     assert [[r[k] for k in key] for r in split["alignment"]] == [[r[k] for k in key] for r in whole["alignment"]]
+
+
+def test_cli_pairs_flag_text_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--pairs random|designed`` on the command line: the JSON echoes it, the text shows "untestable" with its
+    reason; a bad design exits 2, its error line naming what is allowed."""
+    import json
+
+    from exactlens.cli import main
+
+    args = ["diff", "parity", "--against", "parity", "--lengths", "3,4", "--parts", "alignment", "--das-steps", "10",
+            "--das-max-dim", "1", "--alignment-pairs", "12", "--no-untrained-baseline"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["settings"]["pairs"] == "designed"
+    assert out["summary"]["verdicts"]["1/n"]["verdict"] == "untestable"
+    assert main([*args, "--pairs", "random"]) == 0
+    text = capsys.readouterr().out
+    assert "1/n: untestable (constant within a length" in text
+    with pytest.raises(SystemExit) as info:  # argparse's usage, then its one error line
+        main([*args, "--pairs", "clever"])
+    assert info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--pairs" in last and "clever" in last and "designed" in last and "random" in last, last
