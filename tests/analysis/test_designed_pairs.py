@@ -15,6 +15,7 @@ from exactlens.analysis.diff.alignment.designed import (
     changed_units,
     constant_within_length,
     design_pairs,
+    token_function,
     untestable_reason,
 )
 from exactlens.analysis.diff.alignment.variables import HighLevel, group_key, task_variables
@@ -131,8 +132,20 @@ def test_in_the_input_and_pairs_needed() -> None:
     later = {**row, "site": "blocks.0.hook_attn_out", "verdict": "computed", "origin": "task", "variable": "v",
              "position": "all", "dim": 1, "validation_iia_changed": 1.0}
     first = {**later, "site": "blocks.0.hook_resid_pre", "verdict": "in the input"}
-    line = variable_verdicts([later, first], ["blocks.0.hook_resid_pre", "blocks.0.hook_attn_out"])["v"]
+    sites = ["blocks.0.hook_resid_pre", "blocks.0.hook_attn_out"]
+    # a function of the token at its position: the embedding carries it, whatever later sites hold
+    line = variable_verdicts([later, first], sites, token_functions=frozenset({("task", "v")}))["v"]
     assert line["verdict"] == "in the input" and line["site"] == "blocks.0.hook_resid_pre"
+    # else swapping the input at every position realizes any per-position variable: the later site is the finding
+    line = variable_verdicts([later, first], sites)["v"]
+    assert line["verdict"] == "computed" and line["site"] == "blocks.0.hook_attn_out"
+    assert variable_verdicts([first], sites)["v"]["verdict"] == "in the input"  # nothing else passes
+    _, _, runs = _side("dyck1", [4, 6])
+    token = HighLevel("open?", "task", "position", None, None,  # type: ignore[arg-type]
+                      values=lambda run, b: (run.tokens[b] == run.tokens[0, 1]).double()[..., None])
+    depth = HighLevel("depth", "task", "position", None, None,  # type: ignore[arg-type]
+                      values=lambda run, b: run.tokens[b].double().cumsum(1)[..., None])
+    assert token_function(token, runs) and not token_function(depth, runs)
     # all right on 16: [0.81, 1] straddles 0.9, and 35 all right would decide it
     needed = pairs_needed(1.0, 16)
     assert needed == 35 and wilson(35, 35)[0] > COMPUTED_IIA > wilson(34, 34)[0]

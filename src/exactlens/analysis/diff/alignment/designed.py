@@ -226,6 +226,24 @@ def constant_within_length(variable: HighLevel, runs: list[LengthRun]) -> bool:
     return True
 
 
+def token_function(variable: HighLevel, runs: list[LengthRun]) -> bool:
+    """True for a position-level variable whose value at each position is a function of the token there (and
+    the position and length) on every word of ``runs``: what the embedding can carry without computing."""
+    if variable.scope != "position" or variable.values is None:
+        return False
+    for run in runs:
+        if len(run.ids) < 2:
+            continue
+        values = variable.values(run, torch.arange(len(run.ids))).nan_to_num(nan=float("inf"))
+        for j in range(min(values.shape[1], run.tokens.shape[1])):
+            tokens = run.tokens[:, j]
+            for token in torch.unique(tokens):
+                group = values[tokens == token, j]
+                if not bool((group == group[:1]).all()):
+                    return False
+    return True
+
+
 def untestable_reason(variable: HighLevel, pools: list[Pool], runs: list[LengthRun]) -> str | None:
     """Why no pair can test the variable (None where some pair of the search changes the exact output
     through it)."""

@@ -16,6 +16,7 @@ from exactlens.analysis.diff.alignment.designed import (
     constant_within_length,
     design_pairs,
     pool_summary,
+    token_function,
     untestable_reason,
 )
 from exactlens.analysis.diff.alignment.directions import known_directions
@@ -260,7 +261,9 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
     readout = "CLS" if task.use_cls and exact.readout_position == 0 and not per_position else "readout"
     return {"rows": rows, "skipped": skipped, "sites": sites, "variables": _describe(variables, determined),
             "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
-            "verdicts": _with_searches(verdicts.variable_verdicts(rows, sites, readout), prepared, variables),
+            "verdicts": _with_searches(verdicts.variable_verdicts(
+                rows, sites, readout, token_functions=frozenset(
+                    (v.origin, v.name) for v in variables if token_function(v, runs))), prepared, variables),
             "pairs": settings.design, **summarize(rows, variables, sites)}
 
 

@@ -21,10 +21,12 @@ row of the alignment table gets one verdict, and each variable one line (``summa
 * ``"too few pairs"``: fewer than MIN_CHANGED_PAIRS held-out test pairs change the answer through the
   variable: even all right, the interval is too wide to claim it computed (10 of 10 right: [0.72, 1]),
   and a low score on so few is no evidence of absence either.
-* ``"in the input"``: the row would be "computed", at ``blocks.0.hook_resid_pre``: the embedded tokens
-  and positions carry the variable (a function of the token or the position alone, e.g. Dyck's
-  ``bools_open``), so nothing computes it. A variable with such a row is "in the input" whatever later
-  sites also carry.
+* ``"in the input"``: the row would be "computed", at ``blocks.0.hook_resid_pre``: a subspace of the
+  embedded tokens and positions realizes the variable. A variable's line is "in the input" where it also
+  is a function of the token at its position (and the position) on every word (``token_functions``,
+  e.g. Dyck's ``bools_open``): nothing computes it. Otherwise such a row only says that swapping the input
+  at every position realizes it (sm-solution1's categories, which attention writes from two tokens): the
+  line prefers a "computed" row at a later site, and is "in the input" only where no other row passes.
 * ``"untestable"`` (a variable's line, never a row): no pair can test it; ``untestable_reason`` says
   why, e.g. "constant within a length: no same-length interchange changes it" (parity's 1/n), or no
   pair of the designed search changes the exact output through it.
@@ -169,7 +171,8 @@ VERDICT_FIELDS = ("verdict", "site", "position", "dim", "iia", "iia_ci", "change
 
 
 def variable_verdicts(rows: list[dict[str, Any]], sites: list[str], readout_name: str = "readout",
-                      determined_at: float = 0.99) -> dict[str, dict[str, Any]]:
+                      determined_at: float = 0.99, token_functions: frozenset = frozenset()
+                      ) -> dict[str, dict[str, Any]]:
     """One line per variable: its best row by validation IIA (a "computed" row first), with that row's
     verdict. An answer-determined variable names no site, unless its localization test (every
     position of a component output, ``row["test"] == "localization"``) finds it computed at a site
@@ -196,9 +199,12 @@ def variable_verdicts(rows: list[dict[str, Any]], sites: list[str], readout_name
         if determined:
             best = _answer_determined(own, scored, order, min(arrival) if arrival else None)
         else:
-            computed = [r for r in scored if r["verdict"] == "in the input"] or [
-                r for r in scored if r["verdict"] == "computed"]
-            best = min(computed or scored or own, key=lambda r: _selection_key(r, order))
+            at_input = [r for r in scored if r["verdict"] == "in the input"]
+            computed = [r for r in scored if r["verdict"] == "computed"]
+            if (origin, name) in token_functions and at_input:
+                computed = at_input  # the embedding carries it: a function of the token at its position
+            pool = computed or at_input or [r for r in scored if r["verdict"] != "in the input"] or scored or own
+            best = min(pool, key=lambda r: _selection_key(r, order))
         out[key] = _line(best, origin, readout_name)
     return out
 
