@@ -270,6 +270,16 @@ def _f(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _search_text(v: dict[str, Any]) -> str:
+    """Where a designed search found too few effective test pairs: how many of how many, and what gives more."""
+    search = v.get("search") or {}
+    if v.get("pairs") != "designed" or not search.get("searched"):
+        return ""
+    exists = " (every pair of the test words)" if search.get("available") is not None else ""
+    return (f"; the designed search found {search['effective']} effective of {search['searched']} test pairs"
+            f"{exists}: more words per length (--strings) give more")
+
+
 def format_verdict_line(variable: str, v: dict[str, Any]) -> str:
     """e.g. ``first symbol: computed at blocks.1.hook_attn_out [CLS] (IIA 0.98 [0.93, 1.00], 62 changed
     pairs, lift 0.98, random p95 0.05)``."""
@@ -281,9 +291,10 @@ def format_verdict_line(variable: str, v: dict[str, Any]) -> str:
     if verdict == "untestable":
         return f"{variable}: untestable ({v.get('untestable_reason')})"
     if not v.get("changed_pairs"):
-        return f"{variable}: {verdict} (no test pair changes the answer through it: untestable on these pairs)"
+        return f"{variable}: {verdict} (no test pair changes the answer through it: untestable on these pairs" \
+               f"{_search_text(v)})"
     if v.get("pairs_needed"):
-        numbers += f"; {v['pairs_needed']} changed pairs would decide it"
+        numbers += f"; {v['pairs_needed']} changed pairs would decide it{_search_text(v)}"
     if v.get("site") is None:
         where = " (best anywhere: " if verdict == "indistinguishable from the answer" else " ("
         return f"{variable}: {verdict}{where}{numbers})"
