@@ -440,14 +440,16 @@ def test_read_basis_follows_the_weights() -> None:
 
 
 @pytest.mark.slow
-def test_planted_illusion_is_flagged_in_the_diff() -> None:
+@pytest.mark.parametrize("pairs", ["designed", "random"])
+def test_planted_illusion_is_flagged_in_the_diff(pairs: str) -> None:
     """The whole diff of the planted model against `first`: every first-layer row at [CLS] that scores
     like a finding is "illusion suspected" (plain `first` has no such row), and no variable's line
-    claims a first-layer site at [CLS]."""
+    claims a first-layer site at [CLS]. Pairs designed from the exact circuit (every one changes the
+    answer) make the illusion no easier to pass than random ones."""
     from planted import first_with_dormant_copy
 
     kwargs = dict(lengths=[4, 5, 6, 7], parts=("alignment",), das_max_dim=1, das_steps=60, alignment_pairs=48,
-                  untrained_baseline=False)
+                  untrained_baseline=False, pairs=pairs)
     result = diff(first_with_dormant_copy(), "first", **kwargs)
     early = [r for r in result["alignment"] if r["site"].startswith("blocks.0.") and r["position"] == "readout"
              and (r["iia_changed"] or 0) >= 0.9]
