@@ -125,6 +125,7 @@ def _check_training(options: dict[str, Any]) -> None:
     name = options.get("name")
     if not isinstance(name, str):
         raise ExactLensError(f"train needs name = a preset or construction name, got {name!r}")
-    preset = get_preset(name)
+    from exactlens.train.budget import check_training
+
     own = {k: v for k, v in options.items() if k not in ("name", "device", "progress")}
-    preset.resolve(dict(own))
+    check_training(get_preset(name).spec(dict(own)))  # the options, then the run's work and memory
