@@ -63,17 +63,30 @@ def _rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
 
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_stops_every_worker_keeps_the_finished_rows_and_resume_completes(tmp_path, sig, status):
+@pytest.mark.parametrize("engine, sig, status", [("local", signal.SIGINT, 130), ("local", signal.SIGTERM, 143),
+                                                 ("ray", signal.SIGINT, 130)])
+def test_a_signal_stops_every_worker_keeps_the_finished_rows_and_resume_completes(tmp_path, engine, sig, status):
+    if engine == "ray":
+        pytest.importorskip("ray")
     (tmp_path / "spec.toml").write_text(SPEC)
     out = tmp_path / "out"
-    proc = _start(["sweep", "spec.toml", "--out", "out", "--workers", "2"], tmp_path)
+    proc = _start(["sweep", "spec.toml", "--out", "out", "--workers" if engine == "local" else "--engine",
+                   "2" if engine == "local" else "ray"], tmp_path)
     code, seconds, err = _signal_when(proc, lambda: len(_finished(out)) >= 2, sig)
     assert code == status, err[-2000:]
     assert seconds < STOPPED_WITHIN
     assert "Traceback" not in err and "outputs left as they were" in err
-    time.sleep(2)  # nothing of the sweep goes on after it exited
+    time.sleep(3)  # nothing of the sweep goes on after it exited: no worker, no Ray process of the group
+    assert _group_gone(proc.pid), "a worker or a Ray process outlived the sweep"
     kept = sorted(d.name for d in _finished(out))
     assert len(kept) < SEEDS, "the sweep ran on after the signal"
     assert sorted(r["job"] for r in _rows(out)) == kept and all(r["status"] == "ok" for r in _rows(out))
@@ -87,7 +100,6 @@ def test_a_signal_stops_every_worker_keeps_the_finished_rows_and_resume_complete
     assert len(_rows(out)) == SEEDS and _hidden(out) == []
 
 
-@pytest.mark.slow
 def test_sigterm_during_training_leaves_no_hidden_partial(tmp_path):
     proc = _start(["train", "first", "--out", "run", "--epochs", "100000", "--strings-per-epoch", "20",
                    "--test-strings", "10", "--train-length", "8", "--test-length", "8"], tmp_path)

@@ -115,7 +115,8 @@ def test_a_schedule_given_both_as_a_flag_and_as_an_option_is_refused(tmp_path, c
     out = tmp_path / "run"
     assert main(["train", "first", "--out", str(out), "--checkpoints", "log:3", "--option",
                  'checkpoints="every:1"']) == 2
-    assert "checkpoints is given twice (--checkpoints and --option checkpoints=...)" in capsys.readouterr().err
+    assert "checkpoints is given twice with two values (--checkpoints 'log:3' and --option checkpoints='every:1')" \
+        in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -70,16 +70,17 @@ TrainRequest.__doc__ = "The options of ``exactlens train`` / ``el.train``: the r
 
 
 def _training_options(request: Any) -> dict[str, Any]:
-    """--option pairs and the flags given (a switch only when on); an option given both ways is refused
-    (neither silently wins)."""
+    """--option pairs and the flags given (a switch only when on); an option given both ways with two values
+    is refused (neither silently wins)."""
     flags = {f.name: getattr(request, f.name) for f in dataclasses.fields(TrainOptions)}
     given = {name: value for name, value in flags.items() if value is not None and value is not False}  # 0 is a value
-    twice = sorted(set(given) & set(request.options))
+    twice = sorted(k for k in set(given) & set(request.options) if given[k] != request.options[k])
     if twice:
         from exactlens.errors import ExactLensError
 
         flag = "--" + twice[0].replace("_", "-")
-        raise ExactLensError(f"{twice[0]} is given twice ({flag} and --option {twice[0]}=...); give it once")
+        raise ExactLensError(f"{twice[0]} is given twice with two values ({flag} {given[twice[0]]!r:.40} and --option "
+                             f"{twice[0]}={request.options[twice[0]]!r:.40}); give it once")
     return {**request.options, **given}
 
 
