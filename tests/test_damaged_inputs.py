@@ -101,7 +101,15 @@ def test_a_deeply_nested_score_file_is_one_line(tmp_path):
 
 
 def test_a_multi_line_error_is_said_in_one_line():
-    assert _one_line(ExactLensError("first part\n  second part\n")) == "first part; second part"
+    """An ExactLensError built from another error's several lines (tracr's, torch's) is one line, in Python too."""
+    err = ExactLensError("first part\n  second part\n")
+    assert str(err) == "first part; second part" and _one_line(err) == "first part; second part"
+
+    class Listed(ExactLensError):
+        def __str__(self) -> str:
+            return "one\ntwo"
+
+    assert _one_line(Listed()) == "one; two"
 
 
 # ---- the fuzz test -------------------------------------------------------------------------------------------

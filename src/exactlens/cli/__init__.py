@@ -13,7 +13,7 @@ import argparse
 import contextlib
 import sys
 
-from exactlens.errors import ExactLensError
+from exactlens.errors import ExactLensError, one_line
 from exactlens.progress import set_quiet
 from exactlens.verbs import VERBS, Verb, VerbSpec, load_core_verbs, messages_on, register_verb
 from exactlens.version import __version__
@@ -89,8 +89,8 @@ _OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "not enough memory")
 
 def _one_line(err: BaseException) -> str | None:
     """The one-line message for an error the CLI answers without a traceback (None: a bug)."""
-    if isinstance(err, ExactLensError):  # one line, whatever the message holds
-        return "; ".join(line.strip() for line in str(err).strip().splitlines() if line.strip())
+    if isinstance(err, ExactLensError):  # one line, whatever the message holds (a subclass's str included)
+        return one_line(str(err))
     if isinstance(err, MemoryError) or (
         isinstance(err, RuntimeError) and any(text in str(err).lower() for text in _OUT_OF_MEMORY)
     ):

@@ -137,23 +137,36 @@ def _stop(pool: Any) -> None:
     pool.shutdown(wait=True)  # the pool's queues and threads released (no semaphore left to warn about)
 
 
+_IN_UNIT = [False]  # in a pool worker: whether it is running a unit (else a signal has nothing to clean up)
+
+
 def _worker_signals() -> None:
-    """In a pool worker: SIGTERM unwinds like Ctrl-C (outputs staged so far are removed), and Ctrl-C is the
-    driver's to answer (each worker ends its unit through _pool_unit)."""
+    """In a pool worker: Ctrl-C and SIGTERM unwind the unit being run (its unfinished job's staging and scratch
+    directories are removed), then the worker exits (_pool_unit); an idle worker exits at once."""
     import signal
 
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_stop)
+
+
+def _on_stop(signum: int, frame: Any) -> None:
     from exactlens.interrupts import raise_interrupt
 
-    signal.signal(signal.SIGTERM, raise_interrupt)
+    if not _IN_UNIT[0]:
+        os._exit(130)  # between units: nothing half-written, and no traceback from the pool's loop
+    raise_interrupt(signum, frame)
 
 
 def _pool_unit(jobs: list[dict[str, Any]], root: str) -> list[dict[str, Any]]:
     """run_unit in a pool worker; interrupted, the worker exits once its unfinished job is cleaned up, so it never
     takes another unit (the pool would otherwise hand it the next one)."""
+    _IN_UNIT[0] = True
     try:
         return run_unit(jobs, root)
     except KeyboardInterrupt:
         os._exit(130)
+    finally:
+        _IN_UNIT[0] = False
 
 
 def _lost(unit: list[Job], root: Path, error: str) -> list[dict[str, Any]]:

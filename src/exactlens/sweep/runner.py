@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from exactlens import errors
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps, jsonable
 from exactlens.outputs import staged
@@ -79,8 +80,8 @@ def _work_prefix(job: Job) -> str:
 
 def one_line(err: BaseException) -> str:
     """An error as one line: an ExactLensError's every line joined, another error's first line and type."""
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    message = "; ".join(lines) if isinstance(err, ExactLensError) else (lines[0] if lines else "")
+    lines = str(err).strip().splitlines()
+    message = errors.one_line(str(err)) if isinstance(err, ExactLensError) else (lines[0].strip() if lines else "")
     return message if isinstance(err, ExactLensError) else f"{type(err).__name__}: {message}".rstrip(": ")
 
 
