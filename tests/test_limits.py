@@ -171,3 +171,15 @@ def test_many_seeds_are_checked_for_duplicates_in_linear_time():
     sweep = parse_sweep(f'[sweep]\nseeds = [{seeds}]\n[[job]]\nverb = "verify"\nname = "first"\nlengths = "1:2"\n')
     assert len(sweep.jobs) == 60_000
     assert time.perf_counter() - start < 30  # a quadratic check takes minutes here
+
+
+def test_a_train_jobs_stack_is_estimated_as_it_will_train(monkeypatch):
+    """The spec check asks training's estimate for the seeds that train together: 400 seeds in one stack need
+    400 runs' memory (refused under a 200 MiB limit), `stack = 1` one run's."""
+    monkeypatch.setenv("EXACTLENS_MEMORY_LIMIT", "200M")
+    seeds = ", ".join(str(s) for s in range(400))
+    text = (f'[sweep]\nseeds = [{seeds}]\n\n[[job]]\nverb = "train"\nname = "first"\n'
+            'options = { epochs = 1, strings_per_epoch = 8, test_strings = 8, train_length = 4, test_length = 4 }\n')
+    with pytest.raises(ExactLensError, match=r"line 7: training first \(400 runs.*memory limit"):
+        parse_sweep(text, "s.toml")
+    assert len(parse_sweep(text.replace("[sweep]\n", "[sweep]\nstack = 1\n"), "s.toml").jobs) == 400

@@ -74,8 +74,9 @@ def takes_out(verb: str) -> bool:
     return "out" in positional + keyword
 
 
-def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[str], str]) -> None:
-    """Raise ExactLensError naming the spec's line (``at(key)``) where the job cannot run."""
+def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[str], str], runs: int = 1) -> None:
+    """Raise ExactLensError naming the spec's line (``at(key)``) where the job cannot run; ``runs``: how many
+    seeds of a train job train together (its stack)."""
     from exactlens.verbs import VerbSpec
 
     spec = _spec(verb)
@@ -111,7 +112,7 @@ def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[s
                                      f"{', '.join(positional + keyword)}")
             inspect.signature(_api(verb)).bind(*args, **options)
         if verb == "train":
-            _check_training(options)
+            _check_training(options, runs)
     except ExactLensError as err:
         key = next((k for k in options if repr(k) in str(err) or f"{k}=" in str(err) or f"{k} " in str(err)), "verb")
         raise ExactLensError(f"{at(key)}: {err}") from None
@@ -119,7 +120,7 @@ def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[s
         raise ExactLensError(f"{at('verb')}: {verb}: {err}") from None
 
 
-def _check_training(options: dict[str, Any]) -> None:
+def _check_training(options: dict[str, Any], runs: int) -> None:
     from exactlens.train.presets import get_preset
 
     name = options.get("name")
@@ -128,4 +129,4 @@ def _check_training(options: dict[str, Any]) -> None:
     from exactlens.train.budget import check_training
 
     own = {k: v for k, v in options.items() if k not in ("name", "device", "progress")}
-    check_training(get_preset(name).spec(dict(own)))  # the options, then the run's work and memory
+    check_training(get_preset(name).spec(dict(own)), runs)  # the options, then the stack's work and memory

@@ -278,7 +278,7 @@ def _expand(table: Any, defaults: dict[str, Any], parent: Job | None, lines: _Li
     for point in points:
         merged = {**options, **point}
         if check:
-            check_job(verb, merged, parent is not None, at)
+            check_job(verb, merged, parent is not None, at, runs=min(stack or len(job_seeds), len(job_seeds)))
         seeded = takes_seed(verb)
         group = _digest({"verb": verb, "options": merged, "parent_group": parent.group if parent else None})
         for seed in job_seeds:
