@@ -144,16 +144,26 @@ def _worker_signals() -> None:
     """In a pool worker: Ctrl-C and SIGTERM unwind the unit being run (its unfinished job's staging and scratch
     directories are removed), then the worker exits (_pool_unit); an idle worker exits at once."""
     import signal
+    import threading
+
+    from tqdm import tqdm
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _on_stop)
+    # the bars' lock a thread lock: tqdm's default is a multiprocessing semaphore, which a worker that exits on a
+    # signal (os._exit) would leave for the resource tracker to report as leaked
+    tqdm.set_lock(threading.RLock())
 
 
 def _on_stop(signum: int, frame: Any) -> None:
+    import signal
+
     from exactlens.interrupts import raise_interrupt
 
     if not _IN_UNIT[0]:
         os._exit(130)  # between units: nothing half-written, and no traceback from the pool's loop
+    for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C then the driver's SIGTERM: the clean-up is not cut short
+        signal.signal(sig, signal.SIG_IGN)
     raise_interrupt(signum, frame)
 
 
