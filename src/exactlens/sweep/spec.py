@@ -153,9 +153,9 @@ def parse_sweep(text: str, path: str = "<spec>", check: bool = True) -> Sweep:
     tables = data.get("job")
     if not isinstance(tables, list) or not tables:
         raise ExactLensError(f"{path}: no jobs; add at least one [[job]] table with a verb")
-    check_size(tables, len(seeds), path)
     jobs: list[Job] = []
     try:
+        check_size(tables, len(seeds), path)
         for index, table in enumerate(tables):
             start, end = lines.job_range(index)
             _expand(table, {**defaults, "seeds": seeds}, None, lines, path, start, end, start, jobs, check)
@@ -175,6 +175,7 @@ MAX_JOBS = 100_000
 spec's grid sizes, seeds and `then` tables before any job is made."""
 JOB_BYTES = 8192  # a job, its row and its share of the plan in memory (a rough allowance)
 SEED_LIMIT = 2**40  # exactlens.tasks.base.SEED_LIMIT: the seeds a run accepts
+MAX_AMOUNT = 2**20  # cpus / gpus of one job: a finite request (inf and nan are refused here, not in the engine)
 
 
 def _jobs_of(table: Any, seeds: int, chained: bool) -> int:
@@ -220,9 +221,6 @@ def _amount(value: Any, where: str, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_AMOUNT:
         raise ExactLensError(f"{where}: {name} must be a finite number in [0, {MAX_AMOUNT}], got {value!r:.80}")
     return float(value)
-
-
-MAX_AMOUNT = 2**20  # cpus / gpus of one job: a finite request (inf and nan are refused here, not in the engine)
 
 
 def _count(value: Any, where: str) -> int:
