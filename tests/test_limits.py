@@ -183,3 +183,14 @@ def test_a_train_jobs_stack_is_estimated_as_it_will_train(monkeypatch):
     with pytest.raises(ExactLensError, match=r"line 7: training first \(400 runs.*memory limit"):
         parse_sweep(text, "s.toml")
     assert len(parse_sweep(text.replace("[sweep]\n", "[sweep]\nstack = 1\n"), "s.toml").jobs) == 400
+
+
+def test_a_timeline_jobs_long_lengths_are_estimated_by_the_spec_check():
+    text = ('[[job]]\nverb = "train"\nname = "first"\n'
+            'options = { epochs = 1, strings_per_epoch = 8, test_strings = 8, train_length = 4, test_length = 4, '
+            'checkpoints = "log:3" }\n'
+            'then = [{ verb = "timeline", against = "first", long_lengths = [100000000] }]\n')
+    start = time.perf_counter()
+    with pytest.raises(ExactLensError, match=r"line 5: .*long length 100,000,000"):
+        parse_sweep(text, "t.toml")
+    assert time.perf_counter() - start < REFUSED_WITHIN

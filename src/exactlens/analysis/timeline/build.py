@@ -18,14 +18,13 @@ from exactlens.analysis.diff.orchestrator import run_parts
 from exactlens.analysis.diff.request import ECHOED
 from exactlens.analysis.diff.runs import DEFAULT_LENGTHS, words
 from exactlens.analysis.timeline.events import events
-from exactlens.analysis.timeline.request import TimelineRequest, resolved
+from exactlens.analysis.timeline.request import TimelineRequest, check_long_words, resolved
 from exactlens.analysis.timeline.sources import Origin, Source, sources_of
 from exactlens.devices import device_name
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import jsonable
 from exactlens.progress import say as stderr_say
 from exactlens.requests import from_call, options_of
-from exactlens.resources import check_memory, check_work
 
 __all__ = ["checkpoint_row", "timeline"]
 
@@ -144,21 +143,9 @@ def _prepare_all(sources: list[Source], shared: ExactSide, request: Any, say: Ca
     return contexts
 
 
-WORD_POSITION_BYTES = 64  # per position of a long word kept for every checkpoint: ids, tokens, truth, residuals
-
-
 def _count(target: Any) -> int:
     """How many checkpoints a run holds, where known before reading them (a list's length; else 1)."""
     return len(target) if isinstance(target, (list, tuple)) else 1
-
-
-def check_long_words(length: int, strings: int, checkpoints: int) -> None:
-    """The one estimate of a long length's cost (the words kept, and at least one attention score per query and
-    key for every checkpoint), refused beyond the memory or work limit before any word is drawn."""
-    what = f"long length {length:,} ({strings:,} words, {checkpoints:,} checkpoint{'s' if checkpoints != 1 else ''})"
-    lower = "give shorter --long-lengths (or fewer --strings)"
-    check_memory(float(strings) * (length + 2) * WORD_POSITION_BYTES, what, lower)
-    check_work(float(checkpoints) * strings * float(length + 2) ** 2, what, lower)
 
 
 def _long_words(ctx: Context, shared: ExactSide, long_lengths: list[int], request: Any, checkpoints: int
