@@ -231,7 +231,7 @@ def test_ctrl_c_during_training_leaves_the_target_as_it_was(tmp_path, existing):
         train("first", out=target, **TINY)
     before = snapshot(target) if existing else None
     argv = ["train", "first", "--out", str(target), "--epochs", "100000", "--strings-per-epoch", "10",
-            "--test-strings", "10", "--eval-every", "1", "--overwrite"]
+            "--test-strings", "10", "--eval-every", "1", "--test-length", "20", "--overwrite"]  # within the work limit
     # A shell starts background jobs with SIGINT ignored, and children inherit that (Python then installs no
     # KeyboardInterrupt handler): give the child the default disposition, as a terminal would.
     proc = subprocess.Popen([sys.executable, "-m", "exactlens.cli", *argv], cwd=ROOT, stdout=subprocess.PIPE,

@@ -260,3 +260,61 @@ then = [{{ verb = "timeline", against = "first", options = {{ lengths = "1:4", s
     timeline = json.loads((out / rows["timeline"]["dir"] / "result.json").read_text())
     assert [c["step"] for c in timeline["checkpoints"]] == [0, 1, 2]
     assert rows["timeline"]["headline"], rows["timeline"]
+
+
+# ---- the third reliability pass (docs/safety.md) -------------------------------------------------------------
+
+
+def test_a_directory_that_holds_no_sweep_is_refused_and_left_alone(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.jsonl").write_text("my own results\n")
+    (mine / "summary.html").write_text("<p>mine</p>")
+    with pytest.raises(ExactLensError, match="holds no sweep"):
+        el.sweep(str(_spec(tmp_path)), out=str(mine), workers=1)
+    with pytest.raises(ExactLensError, match="holds no sweep"):
+        el.sweep(str(_spec(tmp_path)), out=str(mine), workers=1, resume=True)
+    assert sorted(p.name for p in mine.iterdir()) == ["results.jsonl", "summary.html"]
+    assert (mine / "results.jsonl").read_text() == "my own results\n"
+
+
+@pytest.mark.parametrize("shard", ["2/2", "0/0", "a/b", "1/-2"])
+def test_dry_run_refuses_a_bad_shard(tmp_path, shard):
+    with pytest.raises(ExactLensError, match="--shard"):
+        el.sweep(str(_spec(tmp_path)), dry_run=True, shard=shard)
+
+
+def test_dry_run_lists_only_the_slice(tmp_path):
+    spec = str(_spec(tmp_path))
+    whole = [j["id"] for j in el.sweep(spec, dry_run=True)["jobs"]]
+    slices = [[j["id"] for j in el.sweep(spec, dry_run=True, shard=f"{i}/2")["jobs"]] for i in range(2)]
+    assert slices[0] and slices[1] and not set(slices[0]) & set(slices[1])
+    assert sorted(slices[0] + slices[1]) == sorted(whole)
+    from exactlens.sweep import planned
+    from exactlens.sweep.engines import parse_shard, plan_units
+
+    sweep = parse_sweep(Path(spec).read_text(), check=False)
+    assert {j.id for u in plan_units(sweep, set(), parse_shard("1/2")) for j in u} == set(slices[1])
+    assert [j.id for j in planned(sweep, "1/2").jobs] == slices[1]
+
+
+def test_a_failed_jobs_error_names_its_directory_not_the_hidden_scratch(tmp_path):
+    from exactlens.sweep.runner import _public
+
+    job = parse_sweep(SPEC, check=False).jobs[0]
+    scratch = tmp_path / f".{job.id}.work-1-hhost-x"
+    said = _public(f"cannot write {scratch / 'runs' / f'seed{job.sweep_seed}'}/weights.pt; and {scratch}", scratch,
+                   tmp_path, job)
+    assert ".work-" not in said and f"jobs/{job.id}/output/weights.pt" in said
+
+
+def test_ray_refuses_a_request_no_node_can_hold(tmp_path):
+    ray = _ray()
+    spec = _spec(tmp_path, '[sweep]\ncpus = 64\n[[job]]\nverb = "verify"\nname = "first"\nlengths = "1:2"\n')
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with pytest.raises(ExactLensError, match=r"cpus = 64, but the largest node of the Ray cluster has 2 CPUs"):
+            el.sweep(str(spec), out=str(tmp_path / "out"), engine="ray")
+    finally:
+        ray.shutdown()
+    assert not list((tmp_path / "out" / "jobs").iterdir())

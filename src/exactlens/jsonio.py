@@ -49,3 +49,38 @@ def _jsonable(obj: Any, types: tuple[tuple[type, ...], ...]) -> Any:
 def dumps(obj: Any, **kwargs: Any) -> str:
     """json.dumps of jsonable(obj), refusing anything that is not strict JSON."""
     return json.dumps(jsonable(obj), allow_nan=False, **kwargs)
+
+
+def _no_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not strict JSON")
+
+
+def loads(text: str | bytes, what: str, strict: bool = True) -> Any:
+    """Strict ``json.loads`` whose every failure is one ExactLensError naming ``what``: text that is not
+    UTF-8, not JSON, NaN or Infinity (``strict=False``: read as floats, for files others write), or nested too
+    deep for Python to read."""
+    from exactlens.errors import ExactLensError
+
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return json.loads(text, parse_constant=_no_constant if strict else None)
+    except UnicodeDecodeError:
+        raise ExactLensError(f"{what} is not UTF-8 text") from None
+    except RecursionError:
+        raise ExactLensError(f"{what} is JSON nested too deeply to read") from None
+    except ValueError as err:
+        raise ExactLensError(f"{what} is not JSON ({str(err).splitlines()[0] if str(err) else err!r})") from None
+
+
+def read_json(path: Any, what: str | None = None, strict: bool = True) -> Any:
+    """A JSON file, strictly (``loads``); an unreadable file is one ExactLensError naming it."""
+    from exactlens.errors import ExactLensError
+
+    name = what or str(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as err:
+        raise ExactLensError(f"{name} cannot be read ({err.strerror or err})") from None
+    return loads(raw, name, strict)

@@ -276,13 +276,19 @@ class IntList(Kind):
     lo: int = 0
     most: int | None = None
     what: str = "integers: LO:HI (inclusive), a comma list, or a list of integers"
+    count_check: Callable[[int], None] | None = None  # the request's size, from the count before any list is built
 
     def check(self, name: str, value: Any) -> Any:
         if isinstance(value, str):
             return self.parse(name, value)
         if not isinstance(value, (list, tuple, range)) or not value:
             raise self.refuse(name, value)
-        if any(isinstance(v, bool) or not _is_int(v) or int(v) < self.lo for v in value):
+        if self.count_check is not None:
+            self.count_check(len(value))
+        if isinstance(value, range) and min(value[0], value[-1]) < self.lo:  # a range's least, without iterating
+            raise self.refuse(name, value, f" (each >= {self.lo})")
+        if not isinstance(value, range) and any(isinstance(v, bool) or not _is_int(v) or int(v) < self.lo
+                                                for v in value):
             raise self.refuse(name, value, f" (each >= {self.lo})")
         if self.most is not None and len(value) > self.most:
             raise self.refuse(name, f"{len(value)} values", f" (at most {self.most})")

@@ -106,3 +106,23 @@ def test_bad_uses_are_refused(tmp_path) -> None:
     (tmp_path / "broken" / "checkpoints" / "index.jsonl").write_text("{not json\n")
     with pytest.raises(ExactLensError, match="line 1 is not a checkpoint record"):
         read_checkpoints(tmp_path / "broken")
+
+
+def test_a_schedule_given_both_as_a_flag_and_as_an_option_is_refused(tmp_path, capsys) -> None:
+    """--checkpoints log:3 --option checkpoints='"every:1"' keeps neither silently: one line, nothing written."""
+    from exactlens.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "first", "--out", str(out), "--checkpoints", "log:3", "--option",
+                 'checkpoints="every:1"']) == 2
+    assert "checkpoints is given twice with two values (--checkpoints 'log:3' and --option checkpoints='every:1')" \
+        in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_huge_schedules_are_refused_by_arithmetic() -> None:
+    """The count comes first: every:1 over 10^15 steps or log:10^11 never lists a step."""
+    with pytest.raises(ExactLensError, match="at most 10,000"):
+        checkpoint_steps(None, "every:1", 10**15)
+    with pytest.raises(ExactLensError, match="at most 10000"):
+        train("first", checkpoints="log:100000000000", **FAST)

@@ -109,7 +109,9 @@ def test_cli_text_and_json_agree(tmp_path, capsys):
     argv = ["train", "first", "--out", str(tmp_path / "a"), *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]]
     assert main([*argv, "--positions", "first"]) == 2  # the preset 'first' offers no other positions
     assert "preset 'first' has no option 'positions'" in capsys.readouterr().err
-    assert main([*argv, "--option", "lr=0.01", "--lr", "0.02", "--eval-every", "0"]) == 0  # a flag wins
+    assert main([*argv, "--option", "lr=0.01", "--lr", "0.02", "--eval-every", "0"]) == 2  # neither silently wins
+    assert "lr is given twice with two values (--lr 0.02 and --option lr=0.01)" in capsys.readouterr().err
+    assert main([*argv, "--option", "lr=0.02", "--lr", "0.02", "--eval-every", "0"]) == 0  # the same value: one
     text = capsys.readouterr().out.strip()
     info = json.loads((tmp_path / "a" / "run.json").read_text())
     assert info["options"]["lr"] == 0.02 and info["options"]["eval_every"] == 0  # 0 is a value, not "not given"

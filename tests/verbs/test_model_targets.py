@@ -55,3 +55,19 @@ def test_precision_of_a_model_says_whether_floating_point_is_the_cause() -> None
     exact = el.precision(el.build("first"), max_length=8, strings=4)
     assert exact["first_failure_length"] is None and not exact["float64"]["applies"]
     assert "nothing for floating point to explain" in exact["float64"]["reason"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", "CK", "--readout", "last", "--lengths", "2"],
+    ["precision", "CK", "--readout", "last", "--max-length", "2"],
+    ["report", "--model", "CK", "--readout", "last", "--out", "REP", "--quick"],
+])
+def test_a_readout_for_an_exactlens_checkpoint_is_refused_as_diff_refuses_it(tmp_path, capsys, argv) -> None:
+    """--readout applies to a foreign model; an exactlens checkpoint reads its own (never silently ignored)."""
+    el.build("first").save(tmp_path / "ck")
+    argv = [str(tmp_path / "ck") if a == "CK" else str(tmp_path / "rep") if a == "REP" else a for a in argv]
+    assert main(argv) == 2
+    assert "readout applies to a model exactlens did not build" in capsys.readouterr().err
+    assert not (tmp_path / "rep").exists()
+    with pytest.raises(ExactLensError, match="readout applies"):
+        el.verify(str(tmp_path / "ck"), readout="last", lengths=[2])

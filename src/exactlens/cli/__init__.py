@@ -13,7 +13,7 @@ import argparse
 import contextlib
 import sys
 
-from exactlens.errors import ExactLensError
+from exactlens.errors import ExactLensError, one_line
 from exactlens.progress import set_quiet
 from exactlens.verbs import VERBS, Verb, VerbSpec, load_core_verbs, messages_on, register_verb
 from exactlens.version import __version__
@@ -89,8 +89,8 @@ _OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "not enough memory")
 
 def _one_line(err: BaseException) -> str | None:
     """The one-line message for an error the CLI answers without a traceback (None: a bug)."""
-    if isinstance(err, ExactLensError):
-        return str(err)
+    if isinstance(err, ExactLensError):  # one line, whatever the message holds (a subclass's str included)
+        return one_line(str(err))
     if isinstance(err, MemoryError) or (
         isinstance(err, RuntimeError) and any(text in str(err).lower() for text in _OUT_OF_MEMORY)
     ):
@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # a program, not a call: a Ctrl-C while Python shuts down also exits 130
         import signal
 
+        from exactlens.interrupts import on_terminate_unwind
+
+        on_terminate_unwind()  # a kill (SIGTERM) cleans up as Ctrl-C does (exit 143)
         try:
             return _main(sys.argv[1:])
         finally:
@@ -134,16 +137,19 @@ def _main(argv: list[str]) -> int:
     debug = "--debug" in argv
     quiet = "--quiet" in argv
     argv = [word for word in argv if word not in GLOBAL_FLAGS]
+    from exactlens.interrupts import EXIT_TERMINATED, Terminated
+
     try:
         args = build_parser(argv).parse_args(argv)
         set_quiet(quiet)
         messages_on(True)
         args.func(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         if debug:
             raise
-        print("exactlens: interrupted; outputs left as they were", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        killed = isinstance(err, Terminated)
+        print(f"exactlens: {'terminated' if killed else 'interrupted'}; outputs left as they were", file=sys.stderr)
+        return EXIT_TERMINATED if killed else EXIT_INTERRUPTED
     except BrokenPipeError:  # stdout closed early (e.g. piped into head): not an error of ours
         sys.stderr.close()
         return 0

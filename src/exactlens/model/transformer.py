@@ -44,6 +44,30 @@ def _load_reason(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
+def forward_bytes_of(cfg: ExactConfig, batch: int, n_pos: int, padded: bool = False, hooked: bool = False) -> int:
+    """A rough upper estimate of the memory one forward pass of a model of ``cfg`` on [batch, n_pos] needs, from
+    the config alone (nothing allocated): the key masks, the attention's [query, key] tensors (all of them when
+    a hook reads them, e.g. run_with_cache or training's backward pass; else a block of queries at a time, see
+    components.QUERY_CHUNK_BYTES) and the residual-width activations (every layer's when ``hooked``)."""
+    item = torch.finfo(cfg.torch_dtype).bits // 8
+    masks = {m for m in cfg.per_layer("attention_mask") if m != "none" or padded}
+    mask_bytes = len(masks) * (batch + 1) * n_pos * n_pos
+    scores = 3 * batch * cfg.n_heads * n_pos * n_pos * item
+    score_bytes = scores * cfg.n_layers if hooked else min(scores, QUERY_CHUNK_BYTES + 3 * batch * cfg.n_heads
+                                                             * n_pos * item)
+    width = 8 * cfg.d_model + 2 * cfg.d_mlp + 3 * cfg.n_heads * cfg.d_head + cfg.d_vocab_out
+    resid_bytes = batch * n_pos * width * item * (cfg.n_layers if hooked else 1)
+    return mask_bytes + score_bytes + resid_bytes + batch * n_pos * 8
+
+
+def forward_operations_of(cfg: ExactConfig, batch: int, n_pos: int) -> float:
+    """Arithmetic of one forward pass of a model of ``cfg`` on [batch, n_pos] (multiply-adds counted once):
+    attention's [query, key] work plus the position-wise maps. What the work limit is checked against."""
+    attention = cfg.n_heads * n_pos * n_pos * (2 * cfg.d_head + 8)
+    positionwise = n_pos * cfg.d_model * (4 * cfg.n_heads * cfg.d_head + 2 * cfg.d_mlp)
+    return float(cfg.n_layers * batch * (attention + positionwise))
+
+
 class ExactTransformer(HookedRootModule):
     """A transformer whose every switch is in :class:`ExactConfig`.
 
@@ -119,30 +143,15 @@ class ExactTransformer(HookedRootModule):
         return tokens, n_positions
 
     def forward_bytes(self, batch: int, n_pos: int, padded: bool = False, hooked: bool | None = None) -> int:
-        """A rough upper estimate of the memory one forward pass on [batch, n_pos] needs: the key masks,
-        the attention's [query, key] tensors (all of them when a hook reads them, e.g. run_with_cache;
-        else a block of queries at a time, see components.QUERY_CHUNK_BYTES) and the residual-width
-        activations (every layer's when hooks keep them)."""
-        cfg = self.cfg
-        item = torch.finfo(cfg.torch_dtype).bits // 8
+        """A rough upper estimate of the memory one forward pass on [batch, n_pos] needs (forward_bytes_of);
+        ``hooked`` None: whether a hook of this model is active."""
         if hooked is None:
             hooked = any(isinstance(m, HookPoint) and m.active for m in self.modules())
-        masks = {m for m in cfg.per_layer("attention_mask") if m != "none" or padded}
-        mask_bytes = len(masks) * (batch + 1) * n_pos * n_pos
-        scores = 3 * batch * cfg.n_heads * n_pos * n_pos * item
-        score_bytes = scores * cfg.n_layers if hooked else min(scores, QUERY_CHUNK_BYTES + 3 * batch * cfg.n_heads
-                                                                 * n_pos * item)
-        width = 8 * cfg.d_model + 2 * cfg.d_mlp + 3 * cfg.n_heads * cfg.d_head + cfg.d_vocab_out
-        resid_bytes = batch * n_pos * width * item * (cfg.n_layers if hooked else 1)
-        return mask_bytes + score_bytes + resid_bytes + batch * n_pos * 8
+        return forward_bytes_of(self.cfg, batch, n_pos, padded, hooked)
 
     def forward_operations(self, batch: int, n_pos: int) -> float:
-        """Arithmetic of one forward pass on [batch, n_pos] (multiply-adds counted once): attention's
-        [query, key] work plus the position-wise maps. What the work limit is checked against."""
-        cfg = self.cfg
-        attention = cfg.n_heads * n_pos * n_pos * (2 * cfg.d_head + 8)
-        positionwise = n_pos * cfg.d_model * (4 * cfg.n_heads * cfg.d_head + 2 * cfg.d_mlp)
-        return float(cfg.n_layers * batch * (attention + positionwise))
+        """Arithmetic of one forward pass on [batch, n_pos] (forward_operations_of)."""
+        return forward_operations_of(self.cfg, batch, n_pos)
 
     def check_forward_cost(self, batch: int, n_pos: int, padded: bool = False) -> None:
         """Refuse (ExactLensError) a forward pass beyond the work limit (forward_operations) or the memory

@@ -20,21 +20,30 @@ from exactlens.callable_package import make_callable
 from exactlens.errors import ExactLensError
 from exactlens.sweep.spec import Job, Sweep, load_sweep, parse_sweep
 
-__all__ = ["Job", "Sweep", "estimate", "load_sweep", "parse_sweep", "run_sweep"]
+__all__ = ["Job", "Sweep", "estimate", "load_sweep", "parse_sweep", "planned", "run_sweep"]
+
+
+LEFTOVER = re.compile(r"\..*\.(?:partial|replaced|work)-(\d+)(?:-h([A-Za-z0-9]+))?-")
+"""What a process leaves while it writes: staging siblings (``.NAME.partial-PID-...``), replaced outputs and a
+job's scratch directory (``.ID.work-PID-hHOST-...``)."""
 
 
 def _clean_partials(root: Path, shared: bool) -> None:
-    """Remove what a dead process left in ``jobs/``: its hidden staging siblings (``.ID.partial-PID-...``) and
-    scratch directories (``.ID.work-PID-hHOST-...``). A scratch directory is another machine's where HOST
-    differs (left alone); a staging sibling names no machine, so with ``shared`` (slices that may be writing
-    from other machines) only one older than ten minutes is removed (a job's directory is written in seconds)."""
-    jobs = root / "jobs"
-    if not jobs.is_dir():
-        return
+    """Remove what a dead process left in the sweep's directory and in ``jobs/``: its hidden staging siblings
+    (``.ID.partial-PID-...``, the tables' too) and scratch directories (``.ID.work-PID-hHOST-...``). A scratch
+    directory is another machine's where HOST differs (left alone); a staging sibling names no machine, so with
+    ``shared`` (slices that may be writing from other machines) only one older than ten minutes is removed (a
+    job's directory is written in seconds)."""
+    for folder in (root, root / "jobs"):
+        if folder.is_dir():
+            _clean_folder(folder, shared)
+
+
+def _clean_folder(folder: Path, shared: bool) -> None:
     from exactlens.sweep.runner import host_tag
 
-    for entry in jobs.iterdir():
-        match = re.match(r"\..*\.(?:partial|replaced|work)-(\d+)(?:-h([A-Za-z0-9]+))?-", entry.name)
+    for entry in folder.iterdir():
+        match = LEFTOVER.match(entry.name)
         if match is None:
             continue
         pid, host = int(match.group(1)), match.group(2)
@@ -69,13 +78,7 @@ def run_sweep(spec: str | Path, out: str | Path, *, engine: str = "local", addre
         raise ExactLensError("--address joins a Ray cluster: use it with --engine ray")
     slice_ = parse_shard(shard)
     sweep = load_sweep(spec)
-    root = Path(out).expanduser().absolute()
-    if root.is_file():
-        raise ExactLensError(f"sweep output {out} is a file; give a directory")
-    if (root / "jobs").is_dir() and any((root / "jobs").iterdir()) and not (resume or slice_):
-        raise ExactLensError(f"{out} already holds a sweep; pass --resume to continue it (finished jobs are kept, "
-                             "failed ones rerun) or choose another directory")
-    root.mkdir(parents=True, exist_ok=True)
+    root = _sweep_root(out, resume or slice_ is not None)
     _clean_partials(root, shared=slice_ is not None)
     done = {j.id for j in sweep.jobs if (read_row(root, j.id) or {}).get("status") == "ok"}
     units = plan_units(sweep, done, slice_)
@@ -89,14 +92,18 @@ def run_sweep(spec: str | Path, out: str | Path, *, engine: str = "local", addre
             meter.update(len(rows))
             write_table(collect_rows(sweep, root), root)
 
-        if engine == "ray":
-            run_ray(units, root, report, address)
-        else:
-            run_local(units, root, report, workers)
+        try:
+            if engine == "ray":
+                run_ray(units, root, report, address)
+            else:
+                run_local(units, root, report, workers)
+        except BaseException:  # Ctrl-C, a kill: the table still shows every job that finished
+            write_table(collect_rows(sweep, root), root)
+            raise
     rows = collect_rows(sweep, root)
     tables = write_table(rows, root)
     if slice_ is not None:
-        mine = {j.id for u in plan_units(sweep, set(), slice_) for j in u}
+        mine = {j.id for j in planned(sweep, shard).jobs}
         write_table([r for r in rows if r["job"] in mine], root, f"results.shard{slice_[0]}of{slice_[1]}")
     summary = write_summary(rows, root, f"sweep {Path(spec).name}")
     return {
@@ -106,6 +113,34 @@ def run_sweep(spec: str | Path, out: str | Path, *, engine: str = "local", addre
         "missing": len(sweep.jobs) - len(rows), "seconds": round(time.perf_counter() - start, 3),
         "table": [str(p) for p in tables], "summary": str(summary), "rows": rows,
     }
+
+
+def _sweep_root(out: str | Path, continuing: bool) -> Path:
+    """The sweep's directory, checked before any work: a new or empty directory, or a sweep's own (``jobs/``)
+    with --resume or --shard; anything else is refused (a sweep never replaces a user's files)."""
+    root = Path(out).expanduser().absolute()
+    if root.is_file():
+        raise ExactLensError(f"sweep output {out} is a file; give a directory")
+    mine = (root / "jobs").is_dir()
+    if root.is_dir() and not mine and any(LEFTOVER.match(e.name) is None for e in root.iterdir()):
+        raise ExactLensError(f"{out} is a directory that holds no sweep (no jobs/); a sweep writes its tables there, "
+                             "so give a new or empty directory")
+    if mine and any((root / "jobs").iterdir()) and not continuing:
+        raise ExactLensError(f"{out} already holds a sweep; pass --resume to continue it (finished jobs are kept, "
+                             "failed ones rerun) or choose another directory")
+    (root / "jobs").mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def planned(sweep: Sweep, shard: str | None) -> Sweep:
+    """The jobs a slice (``shard`` 'i/n') runs, as ``run_sweep`` cuts them (the whole sweep without one)."""
+    from exactlens.sweep.engines import parse_shard, plan_units
+
+    slice_ = parse_shard(shard)
+    if slice_ is None:
+        return sweep
+    mine = {j.id for unit in plan_units(sweep, set(), slice_) for j in unit}
+    return Sweep(sweep.path, [j for j in sweep.jobs if j.id in mine])
 
 
 def estimate(sweep: Sweep, out: str | Path | None = None) -> dict[str, Any]:
@@ -139,17 +174,14 @@ def estimate(sweep: Sweep, out: str | Path | None = None) -> dict[str, Any]:
 
 
 def _train_cost(job: Job) -> tuple[int, int]:
-    """Words trained on (epochs x strings_per_epoch) and checkpoint bytes (parameters x dtype + history)."""
-    from exactlens.model import ExactTransformer
+    """Words trained on (epochs x strings_per_epoch) and the disk a run takes (exactlens.train.budget, the
+    estimate training itself checks)."""
+    from exactlens.train.budget import training_cost
     from exactlens.train.presets import get_preset
 
-    options = {k: v for k, v in job.options.items() if k not in ("name", "device")}
-    spec = get_preset(job.options["name"]).spec(options)
-    opts = spec.options
-    model = ExactTransformer(spec.config)
-    size = 8 if opts["dtype"] == "float64" else 4
-    params = sum(p.numel() for p in model.parameters())
-    return opts["epochs"] * opts["strings_per_epoch"], params * size + 400 * opts["epochs"]
+    options = {k: v for k, v in job.options.items() if k not in ("name", "device", "progress")}
+    cost = training_cost(get_preset(job.options["name"]).spec(options))
+    return cost.words, int(cost.disk)
 
 
 make_callable(sys.modules[__name__], "exactlens.api:sweep")  # el.sweep(...) runs the API verb

@@ -74,8 +74,9 @@ def takes_out(verb: str) -> bool:
     return "out" in positional + keyword
 
 
-def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[str], str]) -> None:
-    """Raise ExactLensError naming the spec's line (``at(key)``) where the job cannot run."""
+def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[str], str], runs: int = 1) -> None:
+    """Raise ExactLensError naming the spec's line (``at(key)``) where the job cannot run; ``runs``: how many
+    seeds of a train job train together (its stack)."""
     from exactlens.verbs import VerbSpec
 
     spec = _spec(verb)
@@ -94,6 +95,7 @@ def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[s
         if positional[0] in options:
             raise ExactLensError(f"{at(positional[0])}: {positional[0]!r} of a `then` job is its parent's output")
         args = [PARENT_OUTPUT]
+    request = None
     try:
         if isinstance(spec, VerbSpec):
             from exactlens.requests import from_call
@@ -110,8 +112,7 @@ def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[s
                 raise ExactLensError(f"el.{verb} has no option {unknown[0]!r}; its options: "
                                      f"{', '.join(positional + keyword)}")
             inspect.signature(_api(verb)).bind(*args, **options)
-        if verb == "train":
-            _check_training(options)
+        _check_cost(verb, options, request, runs)
     except ExactLensError as err:
         key = next((k for k in options if repr(k) in str(err) or f"{k}=" in str(err) or f"{k} " in str(err)), "verb")
         raise ExactLensError(f"{at(key)}: {err}") from None
@@ -119,12 +120,25 @@ def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[s
         raise ExactLensError(f"{at('verb')}: {verb}: {err}") from None
 
 
-def _check_training(options: dict[str, Any]) -> None:
+def _check_cost(verb: str, options: dict[str, Any], request: Any, runs: int) -> None:
+    """The verb's own estimate of the job's work and memory, as the verb asks it when it runs: training's
+    (exactlens.train.budget, its stack's seeds together) and the timeline's long lengths."""
+    if verb == "train":
+        _check_training(options, runs)
+    if verb == "timeline" and getattr(request, "long_lengths", None):
+        from exactlens.analysis.timeline.request import check_long_words
+
+        for length in request.long_lengths:
+            check_long_words(length, request.strings, 1)
+
+
+def _check_training(options: dict[str, Any], runs: int) -> None:
     from exactlens.train.presets import get_preset
 
     name = options.get("name")
     if not isinstance(name, str):
         raise ExactLensError(f"train needs name = a preset or construction name, got {name!r}")
-    preset = get_preset(name)
+    from exactlens.train.budget import check_training
+
     own = {k: v for k, v in options.items() if k not in ("name", "device", "progress")}
-    preset.resolve(dict(own))
+    check_training(get_preset(name).spec(dict(own)), runs)  # the options, then the stack's work and memory

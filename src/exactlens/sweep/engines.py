@@ -10,6 +10,7 @@ computations with the same seeds and gets the same numbers.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import tarfile
@@ -101,8 +102,9 @@ def run_local(units: list[list[Job]], root: Path, report: Report, workers: int |
         context.set_forkserver_preload(["torch", "exactlens.train.loop", "exactlens.sweep.runner"])
     else:
         context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = {pool.submit(run_unit, [j.to_dict() for j in unit], str(root)): unit
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_signals)
+    try:
+        futures = {pool.submit(_pool_unit, [j.to_dict() for j in unit], str(root)): unit
                    for unit in units}
         for future in as_completed(futures):
             try:
@@ -110,6 +112,71 @@ def run_local(units: list[list[Job]], root: Path, report: Report, workers: int |
             except Exception as err:  # the worker died (killed, out of memory): its jobs are recorded failed
                 rows = _lost(futures[future], root, f"worker lost: {one_line(err)}")
             report(rows)
+    except BaseException:  # Ctrl-C or a kill: stop every worker now, queued units never start
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+STOP_SECONDS = 10  # how long stopped workers get to remove their unfinished job's scratch before they are killed
+
+
+def _stop(pool: Any) -> None:
+    """Cancel the queued units and stop the running ones: each worker gets SIGTERM (an interrupt there: its
+    unfinished job's staging and scratch directories are removed) and, after STOP_SECONDS, SIGKILL."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.terminate()
+    for process in processes:
+        process.join(STOP_SECONDS)
+        if process.is_alive():
+            process.kill()
+            process.join(STOP_SECONDS)
+    pool.shutdown(wait=True)  # the pool's queues and threads released (no semaphore left to warn about)
+
+
+_IN_UNIT = [False]  # in a pool worker: whether it is running a unit (else a signal has nothing to clean up)
+
+
+def _worker_signals() -> None:
+    """In a pool worker: Ctrl-C and SIGTERM unwind the unit being run (its unfinished job's staging and scratch
+    directories are removed), then the worker exits (_pool_unit); an idle worker exits at once."""
+    import signal
+    import threading
+
+    from tqdm import tqdm
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_stop)
+    # the bars' lock a thread lock: tqdm's default is a multiprocessing semaphore, which a worker that exits on a
+    # signal (os._exit) would leave for the resource tracker to report as leaked
+    tqdm.set_lock(threading.RLock())
+
+
+def _on_stop(signum: int, frame: Any) -> None:
+    import signal
+
+    from exactlens.interrupts import raise_interrupt
+
+    if not _IN_UNIT[0]:
+        os._exit(130)  # between units: nothing half-written, and no traceback from the pool's loop
+    for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C then the driver's SIGTERM: the clean-up is not cut short
+        signal.signal(sig, signal.SIG_IGN)
+    raise_interrupt(signum, frame)
+
+
+def _pool_unit(jobs: list[dict[str, Any]], root: str) -> list[dict[str, Any]]:
+    """run_unit in a pool worker; interrupted, the worker exits once its unfinished job is cleaned up, so it never
+    takes another unit (the pool would otherwise hand it the next one)."""
+    _IN_UNIT[0] = True
+    try:
+        return run_unit(jobs, root)
+    except KeyboardInterrupt:
+        os._exit(130)
+    finally:
+        _IN_UNIT[0] = False
 
 
 def _lost(unit: list[Job], root: Path, error: str) -> list[dict[str, Any]]:
@@ -180,9 +247,10 @@ def run_ray(units: list[list[Job]], root: Path, report: Report, address: str | N
             kwargs["address"] = address
         ray.init(**kwargs)
         started = True
+    pending: dict[Any, list[Job]] = {}
     try:
+        _ray_fits(ray, units)
         task = ray.remote(_ray_unit)
-        pending = {}
         for unit in units:
             inputs = {j.parent: _pack(job_dir(root, j.parent)) for j in unit
                       if j.parent is not None and j.parent not in {u.id for u in unit}
@@ -201,6 +269,24 @@ def run_ray(units: list[list[Job]], root: Path, report: Report, address: str | N
             for row, blob in packed:
                 _place(root, row["job"], blob)
             report([row for row, _ in packed])
+    except BaseException:  # Ctrl-C, a kill: the tasks still queued or running are cancelled
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        raise
     finally:
         if started:
             ray.shutdown()
+
+
+def _ray_fits(ray: Any, units: list[list[Job]]) -> None:
+    """Refuse, before any task is queued, a unit that no node of the cluster can ever hold (a task would wait
+    forever): its CPUs and GPUs against the largest node's."""
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    for resource, key in (("CPU", "cpus"), ("GPU", "gpus")):
+        largest = max((float(n.get(resource, 0)) for n in nodes), default=0.0)
+        asked = max((getattr(j, key) for unit in units for j in unit), default=0.0)
+        if asked > largest:
+            raise ExactLensError(f"a job asks for {key} = {asked:g}, but the largest node of the Ray cluster has "
+                                 f"{largest:g} {resource}s: lower {key} in the spec or join a cluster with such a "
+                                 "node (no task can ever start)")

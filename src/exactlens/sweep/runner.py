@@ -11,7 +11,6 @@ are recorded "skipped"; neither stops the others.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from exactlens import errors
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps, jsonable
 from exactlens.outputs import staged
@@ -36,12 +36,37 @@ def job_dir(root: str | Path, job_id: str) -> Path:
     return Path(root) / "jobs" / job_id
 
 
+ROW_FIELDS = {"job": str, "verb": str, "status": str, "options": dict, "grid": dict, "headline": dict,
+              "seconds": (int, float), "seed": int, "stacked": int, "line": int, "dir": str,
+              "parent": (str, type(None)), "error": (str, type(None))}
+STATUSES = ("ok", "failed", "skipped")
+
+
 def read_row(root: str | Path, job_id: str) -> dict[str, Any] | None:
+    """A job's row, or None where it has none that can be trusted (missing, not UTF-8, not strict JSON,
+    nested too deep, another job's, a field of the wrong type): such a job counts as not run, so --resume
+    runs it again and its directory is replaced."""
+    from exactlens.jsonio import loads
+
     path = job_dir(root, job_id) / ROW_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+        row = loads(path.read_bytes(), str(path))
+    except (OSError, ExactLensError):
         return None
+    if not isinstance(row, dict) or row.get("job") != job_id or row.get("status") not in STATUSES:
+        return None
+    if any(not isinstance(row.get(k), t) or isinstance(row.get(k), bool) for k, t in ROW_FIELDS.items()):
+        return None
+    return row
+
+
+def _public(text: str, scratch: Path, root: Path, job: Job) -> str:
+    """An error's text with the hidden scratch directory named as where its output goes (jobs/ID/output)."""
+    final = job_dir(root, job.id)
+    for hidden, shown in ((scratch / "runs" / f"seed{job.sweep_seed}", final / OUTPUT),
+                          (scratch / OUTPUT, final / OUTPUT), (scratch, final)):
+        text = text.replace(str(hidden), str(shown))
+    return text
 
 
 def host_tag() -> str:
@@ -54,8 +79,9 @@ def _work_prefix(job: Job) -> str:
 
 
 def one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    message = text[0] if text else ""
+    """An error as one line: an ExactLensError's every line joined, another error's first line and type."""
+    lines = str(err).strip().splitlines()
+    message = errors.one_line(str(err)) if isinstance(err, ExactLensError) else (lines[0].strip() if lines else "")
     return message if isinstance(err, ExactLensError) else f"{type(err).__name__}: {message}".rstrip(": ")
 
 
@@ -170,7 +196,7 @@ def _run_one(job: Job, root: Path, rows: dict[str, dict[str, Any]]) -> dict[str,
         row = _row(job, "failed" if failure else "ok", seconds, failure, _headline(result))
         _write(root, job, row, data, output)
     except Exception as err:  # one job's failure never stops the others
-        row = _row(job, "failed", time.perf_counter() - start, one_line(err))
+        row = _row(job, "failed", time.perf_counter() - start, _public(one_line(err), scratch, root, job))
         _write(root, job, row, None, None)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -201,7 +227,8 @@ def _train_stack(stack: list[Job], root: Path) -> dict[str, dict[str, Any]]:
         seconds = (time.perf_counter() - start) / len(stack)
         for job in stack:
             if job.id not in rows:
-                rows[job.id] = _row(job, "failed", seconds, one_line(err), stacked=len(stack))
+                rows[job.id] = _row(job, "failed", seconds, _public(one_line(err), scratch, root, job),
+                                    stacked=len(stack))
                 _write(root, job, rows[job.id], None, None)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -25,6 +25,7 @@ import hashlib
 import itertools
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,14 @@ def _toml(text: str, path: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ExactLensError(f"{path}: not valid TOML: {err}") from None
+        raise ExactLensError(f"{path}: not valid TOML: {_first_line(err)}") from None
+    except RecursionError:
+        raise ExactLensError(f"{path}: TOML nested too deeply to read") from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
 
 
 def load_sweep(path: str | Path, check: bool = True) -> Sweep:
@@ -116,7 +124,13 @@ def load_sweep(path: str | Path, check: bool = True) -> Sweep:
     p = Path(path)
     if not p.is_file():
         raise ExactLensError(f"sweep spec {path} is not a file")
-    return parse_sweep(p.read_text(encoding="utf-8"), str(path), check=check)
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ExactLensError(f"sweep spec {path} is not UTF-8 text (byte {err.start})") from None
+    except OSError as err:
+        raise ExactLensError(f"sweep spec {path} cannot be read ({err.strerror or err})") from None
+    return parse_sweep(text, str(path), check=check)
 
 
 def parse_sweep(text: str, path: str = "<spec>", check: bool = True) -> Sweep:
@@ -140,11 +154,15 @@ def parse_sweep(text: str, path: str = "<spec>", check: bool = True) -> Sweep:
     if not isinstance(tables, list) or not tables:
         raise ExactLensError(f"{path}: no jobs; add at least one [[job]] table with a verb")
     jobs: list[Job] = []
-    for index, table in enumerate(tables):
-        start, end = lines.job_range(index)
-        _expand(table, {**defaults, "seeds": seeds}, None, lines, path, start, end, start, jobs, check)
-    ids = [j.id for j in jobs]
-    twice = sorted({i for i in ids if ids.count(i) > 1})
+    try:
+        check_size(tables, len(seeds), path)
+        for index, table in enumerate(tables):
+            start, end = lines.job_range(index)
+            _expand(table, {**defaults, "seeds": seeds}, None, lines, path, start, end, start, jobs, check)
+    except RecursionError:
+        raise ExactLensError(f"{path}: `then` jobs nested too deeply") from None
+    counts = Counter(j.id for j in jobs)
+    twice = [i for i, n in counts.items() if n > 1]
     if twice:
         first = next(j for j in jobs if j.id == twice[0])
         raise ExactLensError(f"{path} line {first.line}: the same job ({first.verb}, {first.options}, seed "
@@ -152,17 +170,56 @@ def parse_sweep(text: str, path: str = "<spec>", check: bool = True) -> Sweep:
     return Sweep(path, jobs)
 
 
+MAX_JOBS = 100_000
+"""The most jobs one spec expands to (each job is checked, listed and given a directory); counted from the
+spec's grid sizes, seeds and `then` tables before any job is made."""
+JOB_BYTES = 8192  # a job, its row and its share of the plan in memory (a rough allowance)
+SEED_LIMIT = 2**40  # exactlens.tasks.base.SEED_LIMIT: the seeds a run accepts
+MAX_AMOUNT = 2**20  # cpus / gpus of one job: a finite request (inf and nan are refused here, not in the engine)
+
+
+def _jobs_of(table: Any, seeds: int, chained: bool) -> int:
+    """How many jobs a job table expands to (its grid's product x its seeds x itself and its `then` jobs),
+    by arithmetic alone; a malformed table counts one (its expansion refuses it)."""
+    if not isinstance(table, dict):
+        return 1
+    points = 1
+    grid = table.get("grid")
+    for values in (grid.values() if isinstance(grid, dict) else ()):
+        points *= len(values) if isinstance(values, list) and values else 1
+    own = table.get("seeds")
+    count = 1 if chained else (len(own) if isinstance(own, list) and own else seeds)
+    then = table.get("then")
+    per = 1 + sum(_jobs_of(child, seeds, True) for child in (then if isinstance(then, list) else ()))
+    return points * count * per
+
+
+def check_size(tables: list[Any], seeds: int, path: str) -> int:
+    """The one estimate of a spec's expansion: its number of jobs, refused beyond MAX_JOBS or the memory
+    limit before any grid is expanded."""
+    from exactlens.resources import check_memory
+
+    total = sum(_jobs_of(table, seeds, False) for table in tables)
+    if total > MAX_JOBS:
+        raise ExactLensError(f"{path}: the spec expands to {total:,} jobs (grid values x seeds x `then` jobs); at "
+                             f"most {MAX_JOBS:,}: split it into several specs or use fewer grid values or seeds")
+    check_memory(total * JOB_BYTES, f"{path}: {total:,} jobs", "use fewer grid values or seeds")
+    return total
+
+
 def _seeds(value: Any, where: str) -> list[int]:
     if not isinstance(value, list) or not value:
-        raise ExactLensError(f"{where}: seeds must be a non-empty list of integers >= 0, got {value!r}")
-    if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value) or len(set(value)) != len(value):
-        raise ExactLensError(f"{where}: seeds must be distinct integers >= 0, got {value!r}")
+        raise ExactLensError(f"{where}: seeds must be a non-empty list of integers >= 0, got {value!r:.80}")
+    if any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= SEED_LIMIT for s in value):
+        raise ExactLensError(f"{where}: seeds must be integers in [0, 2^40], got {value!r:.80}")
+    if len(set(value)) != len(value):
+        raise ExactLensError(f"{where}: seeds must be distinct, got {value!r:.80}")
     return list(value)
 
 
 def _amount(value: Any, where: str, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ExactLensError(f"{where}: {name} must be a number >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_AMOUNT:
+        raise ExactLensError(f"{where}: {name} must be a finite number in [0, {MAX_AMOUNT}], got {value!r:.80}")
     return float(value)
 
 
@@ -219,7 +276,7 @@ def _expand(table: Any, defaults: dict[str, Any], parent: Job | None, lines: _Li
     for point in points:
         merged = {**options, **point}
         if check:
-            check_job(verb, merged, parent is not None, at)
+            check_job(verb, merged, parent is not None, at, runs=min(stack or len(job_seeds), len(job_seeds)))
         seeded = takes_seed(verb)
         group = _digest({"verb": verb, "options": merged, "parent_group": parent.group if parent else None})
         for seed in job_seeds:

@@ -14,7 +14,6 @@ so checkpoints appear only with the finished run. Without an output directory th
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +23,8 @@ from exactlens.errors import ExactLensError
 from exactlens.requests import Kind
 
 __all__ = [
-    "CHECKPOINT_DIR", "INDEX_FILE", "Checkpoint", "Keeper", "Schedule", "checkpoint_steps", "read_checkpoints",
-    "step_directory",
+    "CHECKPOINT_DIR", "INDEX_FILE", "Checkpoint", "Keeper", "Schedule", "checkpoint_count", "checkpoint_steps",
+    "read_checkpoints", "step_directory",
 ]
 
 CHECKPOINT_DIR = "checkpoints"
@@ -54,6 +53,8 @@ class Schedule(Kind):
             n = _count(self, name, value, count)
             if n < (1 if how == "every" else 2):
                 raise self.refuse(name, value)
+            if how == "log" and n > MAX_CHECKPOINTS:
+                raise self.refuse(name, value, f" (log:N keeps N checkpoints, at most {MAX_CHECKPOINTS})")
             return f"{how}:{n}"
         return self.check(name, [v for v in text.split(",")]) if text else self.check(name, [])
 
@@ -70,11 +71,29 @@ def _count(kind: Kind, name: str, whole: Any, value: Any) -> int:
     return n
 
 
-def checkpoint_steps(every: int | None, schedule: str | None, total_steps: int) -> list[int]:
-    """The sorted steps a run keeps (empty when neither option is set): always 0 and ``total_steps``."""
+def checkpoint_count(every: int | None, schedule: str | None, total_steps: int) -> int:
+    """How many checkpoints a schedule keeps at most, by arithmetic alone (no step is listed): refused
+    beyond MAX_CHECKPOINTS before anything is built."""
     if every is not None and schedule is not None:
         raise ExactLensError("checkpoint_every and checkpoints are two ways to say the same thing: give one")
     if every is None and schedule is None:
+        return 0
+    how, _, count = (f"every:{every}" if every is not None else schedule).partition(":")
+    if how == "every":
+        n = total_steps // int(count) + 2  # 0, K, 2K, ... and the last step
+    elif how == "log":
+        n = min(int(count), total_steps + 1)
+    else:
+        n = len(schedule.split(",")) + 2
+    if n > MAX_CHECKPOINTS:
+        raise ExactLensError(f"checkpoints: about {n:,} checkpoints asked over {total_steps:,} steps; at most "
+                             f"{MAX_CHECKPOINTS:,} (use a larger K or log:N)")
+    return n
+
+
+def checkpoint_steps(every: int | None, schedule: str | None, total_steps: int) -> list[int]:
+    """The sorted steps a run keeps (empty when neither option is set): always 0 and ``total_steps``."""
+    if not checkpoint_count(every, schedule, total_steps):
         return []
     if every is not None:
         schedule = f"every:{every}"
@@ -90,11 +109,7 @@ def checkpoint_steps(every: int | None, schedule: str | None, total_steps: int) 
         if late:
             raise ExactLensError(f"checkpoints: step {late[0]} is after the run's last step {total_steps} "
                                  f"(epochs x strings_per_epoch / batch_size)")
-    steps |= {0, total_steps}
-    if len(steps) > MAX_CHECKPOINTS:
-        raise ExactLensError(f"checkpoints: {len(steps)} checkpoints asked; at most {MAX_CHECKPOINTS} "
-                             "(use a larger K or log:N)")
-    return sorted(steps)
+    return sorted(steps | {0, total_steps})
 
 
 def step_directory(step: int) -> str:
@@ -140,17 +155,38 @@ def read_checkpoints(run: str | Path) -> list[Checkpoint]:
         hint = (f"; it holds several seeds' runs: give one of {', '.join(seeds)}" if seeds else
                 "; train with --checkpoint-every K or --checkpoints log:N to keep them")
         raise ExactLensError(f"{run} has no checkpoints{hint}")
-    found = []
-    for number, line in enumerate(index.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            row = json.loads(line)
-            step, epoch, name = int(row.pop("step")), int(row.pop("epoch")), row.pop("directory")
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise ExactLensError(f"{index}: line {number} is not a checkpoint record ({err})") from None
-        found.append(Checkpoint(step, epoch, row, run / CHECKPOINT_DIR / name))
+    try:
+        text = index.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ExactLensError(f"{index} is not UTF-8 text (a damaged checkpoint index)") from None
+    except OSError as err:
+        raise ExactLensError(f"{index} cannot be read ({err.strerror or err})") from None
+    found = [_checkpoint_of(run, index, number, line) for number, line in enumerate(text.splitlines(), 1)
+             if line.strip()]
     if not found:
         raise ExactLensError(f"{index} lists no checkpoints")
     return sorted(found, key=lambda c: c.step)
+
+
+def _checkpoint_of(run: Path, index: Path, number: int, line: str) -> Checkpoint:
+    """One line of a checkpoint index, or one ExactLensError naming the line and what is wrong with it."""
+    from exactlens.jsonio import loads
+
+    where = f"{index}: line {number}"
+    try:
+        row = loads(line, "it")
+    except ExactLensError as err:
+        raise ExactLensError(f"{where} is not a checkpoint record ({err})") from None
+    try:
+        step, epoch, name = row.pop("step"), row.pop("epoch"), row.pop("directory")
+    except (KeyError, TypeError, AttributeError):
+        raise ExactLensError(f"{where} is not a checkpoint record (an object with step, epoch and "
+                             "directory)") from None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (step, epoch)):
+        raise ExactLensError(f"{where}: step and epoch must be integers >= 0, got {step!r:.40} and {epoch!r:.40}")
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
+        raise ExactLensError(f"{where}: directory must be the name of a folder in {CHECKPOINT_DIR}/, got {name!r:.60}")
+    return Checkpoint(step, epoch, row, run / CHECKPOINT_DIR / name)
 
 
 class Keeper:

@@ -39,13 +39,14 @@ from exactlens.devices import device_name, resolve_device
 from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps
 from exactlens.model import ExactConfig, ExactTransformer, StackedRuns
-from exactlens.model.config import model_bytes, parameter_bytes
+from exactlens.model.config import parameter_bytes
 from exactlens.model.stacked import SingleRun, training_runs
 from exactlens.outputs import staged
 from exactlens.progress import bar, printing_around_bars
 from exactlens.resources import check_run_count
 from exactlens.tasks import kinds
 from exactlens.tasks.base import check_seed
+from exactlens.train.budget import EVAL_SCORE_BUDGET, check_training
 from exactlens.train.checkpoints import CHECKPOINT_DIR, Checkpoint, Keeper, checkpoint_steps
 from exactlens.train.data import PAD_ID, Batch, sample_batch, split
 from exactlens.train.metrics import Metric
@@ -54,7 +55,6 @@ from exactlens.train.presets import TrainSpec, get_preset
 HISTORY_FILE = "history.jsonl"
 RUN_FILE = "run.json"
 LN2 = math.log(2.0)
-EVAL_SCORE_BUDGET = 2**22  # attention scores per evaluation chunk (batch * heads * n^2)
 
 HISTORY_FIELDS = (
     "epoch",
@@ -334,6 +334,7 @@ def fit_into(
     error or Ctrl-C leaves it as it was (exactlens.outputs.staged)."""
     if out is None:
         return fit(spec, seeds, None, progress, device=device)
+    check_training(spec, len(seeds), on_disk=True)  # before the output is staged
     device = resolve_device(device, spec.options["dtype"])  # fails before the output is staged
     with staged(out, overwrite=overwrite, what="training output") as tmp:
         dirs = [tmp / f"seed{s}" for s in seeds] if per_seed else [tmp]
@@ -367,8 +368,8 @@ def fit(
 ) -> list[TrainRun]:
     """Train one model per seed for a spec (exactlens.train.presets.TrainSpec) on ``device``
     (exactlens.devices; None: the CPU)."""
-    # weights, gradients and two Adam moments per run, before any run is built
-    check_run_count(len(seeds), 4 * parameter_bytes(spec.config) + model_bytes(spec.config))
+    # the runs' work and memory (weights, gradients, Adam moments, words, checkpoints), before any is built
+    check_training(spec, len(seeds), on_disk=outs is not None and outs[0] is not None)
     outs = outs if outs is not None else [None] * len(seeds)
     gens = [seed_generators(seed) for seed in seeds]
     opts = spec.options

@@ -66,6 +66,7 @@ def model_target(target: Any, task: Any = None, readout: Any = None, params: dic
         if not _is_checkpoint(target):
             raise ExactLensError(f"{str(target)!r} is no checkpoint directory (no {CONFIG_FILE}) and no construction "
                                  "name (see `exactlens list`)")
+        _own_readout(readout)
         model = ExactTransformer.load(path).eval()
         return ModelTarget(model, _exact_task(model, task), str(path), {"kind": "checkpoint", "path": str(path)})
     if is_foreign(target):
@@ -79,13 +80,19 @@ def model_target(target: Any, task: Any = None, readout: Any = None, params: dic
             return _direct(target, task, readout, str(err))
         return ModelTarget(exact, tasks.from_spec(exact.cfg.task), foreign["source"], foreign, original=target)
     if isinstance(target, ExactTransformer):
-        if readout is not None:
-            raise ExactLensError("readout applies to a model exactlens did not build (a HookedTransformer or a "
-                                 "TransformerBridge); an exactlens model reads its own readout")
+        _own_readout(readout)
         return ModelTarget(target, _exact_task(target, task), target.cfg.model_name or "model", {"kind": "model"})
     raise ExactLensError(f"the target is a construction name, a checkpoint directory, a train result or a model (an "
                          f"ExactTransformer, a TransformerLens HookedTransformer or TransformerBridge); got "
                          f"{type(target).__name__}")
+
+
+def _own_readout(readout: Any) -> None:
+    """An exactlens model (a checkpoint, an ExactTransformer) reads its own readout: one given is refused, as
+    diff, timeline and discover refuse it, never silently ignored."""
+    if readout is not None:
+        raise ExactLensError("readout applies to a model exactlens did not build (a HookedTransformer or a "
+                             "TransformerBridge); an exactlens model reads its own readout")
 
 
 def _direct(model: Any, task: Any, readout: Any, refused: str) -> ModelTarget:

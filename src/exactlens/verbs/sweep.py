@@ -35,12 +35,12 @@ class SweepRequest:
 
 def run(request: SweepRequest) -> Result:
     from exactlens.errors import ExactLensError
-    from exactlens.sweep import estimate, load_sweep, run_sweep
+    from exactlens.sweep import estimate, load_sweep, planned, run_sweep
 
     if request.dry_run:
-        sweep = load_sweep(request.spec)
-        data = {"dry_run": True, "spec": request.spec, "jobs": [j.to_dict() for j in sweep.jobs],
-                "estimate": estimate(sweep, request.out)}
+        sweep = planned(load_sweep(request.spec), request.shard)
+        data = {"dry_run": True, "spec": request.spec, "shard": request.shard,
+                "jobs": [j.to_dict() for j in sweep.jobs], "estimate": estimate(sweep, request.out)}
         return Result("sweep_plan", data)
     if request.out is None:
         raise ExactLensError("sweep needs out= (the sweep's directory)")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exactlens.requests import Bool, Int, IntList, Pairs, Path_, Text, option
+from exactlens.resources import check_run_count
 from exactlens.results import Result, View
 from exactlens.train.options import TrainOptions
 from exactlens.verbs import VerbSpec, register_verb, tell
@@ -33,7 +34,8 @@ from exactlens.verbs.common import device_option, pyplot
 __all__ = ["TrainRequest", "run", "train_text"]
 
 
-SEEDS = IntList(0, what="LO:HI (inclusive) or a comma list of integers, all >= 0 (a list in Python)")
+SEEDS = IntList(0, what="LO:HI (inclusive) or a comma list of integers, all >= 0 (a list in Python)",
+                count_check=check_run_count)  # 10^8 seeds: refused from the count, before a list is made
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,18 @@ TrainRequest.__doc__ = "The options of ``exactlens train`` / ``el.train``: the r
 
 
 def _training_options(request: Any) -> dict[str, Any]:
-    """--option pairs, overridden by the flags given (a switch only when on)."""
+    """--option pairs and the flags given (a switch only when on); an option given both ways with two values
+    is refused (neither silently wins)."""
     flags = {f.name: getattr(request, f.name) for f in dataclasses.fields(TrainOptions)}
-    return {**request.options, **{name: value for name, value in flags.items()
-                                  if value is not None and value is not False}}  # 0 is a value
+    given = {name: value for name, value in flags.items() if value is not None and value is not False}  # 0 is a value
+    twice = sorted(k for k in set(given) & set(request.options) if given[k] != request.options[k])
+    if twice:
+        from exactlens.errors import ExactLensError
+
+        flag = "--" + twice[0].replace("_", "-")
+        raise ExactLensError(f"{twice[0]} is given twice with two values ({flag} {given[twice[0]]!r:.40} and --option "
+                             f"{twice[0]}={request.options[twice[0]]!r:.40}); give it once")
+    return {**request.options, **given}
 
 
 def run(request: Any) -> Result:

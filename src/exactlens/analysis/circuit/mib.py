@@ -142,11 +142,9 @@ def load_mib(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ExactLensError(f"circuit file {str(path)!r} does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ExactLensError(f"circuit file {str(path)!r} is not JSON: {err}") from None
-    return data
+    from exactlens.jsonio import read_json
+
+    return read_json(path, f"circuit file {str(path)!r}", strict=False)  # a MIB file may hold NaN scores
 
 
 def from_mib(data: Any, model, graph: ModelGraph, where: str = "circuit file") -> tuple[set[Edge], dict[Edge, float],

@@ -18,7 +18,7 @@ from exactlens.analysis.diff.orchestrator import run_parts
 from exactlens.analysis.diff.request import ECHOED
 from exactlens.analysis.diff.runs import DEFAULT_LENGTHS, words
 from exactlens.analysis.timeline.events import events
-from exactlens.analysis.timeline.request import TimelineRequest, resolved
+from exactlens.analysis.timeline.request import TimelineRequest, check_long_words, resolved
 from exactlens.analysis.timeline.sources import Origin, Source, sources_of
 from exactlens.devices import device_name
 from exactlens.errors import ExactLensError
@@ -38,6 +38,9 @@ def timeline(run: Any, against: str, request: Any = None, *, progress: Callable[
     start = time.perf_counter()
     request = _request_of(run, against, request, options)
     say = progress or (lambda message: stderr_say(message, request.quiet))
+    if request.long_lengths is not None:  # refused before any checkpoint is read
+        for length in request.long_lengths:
+            check_long_words(length, request.strings, _count(request.target))
     sources, origin = sources_of(request.target, request.steps, request.model)
     lengths, lengths_source = _lengths(request.lengths, origin)
     req = resolved(request, lengths)
@@ -45,7 +48,7 @@ def timeline(run: Any, against: str, request: Any = None, *, progress: Callable[
     contexts = _prepare_all(sources, shared, req, say)
     first = contexts[0]
     long_lengths, long_source = _long_lengths(request.long_lengths, origin, first.lengths)
-    long_words = _long_words(first, shared, long_lengths, req)
+    long_words = _long_words(first, shared, long_lengths, req, len(sources))
     carry: dict[str, Any] = {}
     rows = []
     for n, source in enumerate(sources):
@@ -140,13 +143,25 @@ def _prepare_all(sources: list[Source], shared: ExactSide, request: Any, say: Ca
     return contexts
 
 
-def _long_words(ctx: Context, shared: ExactSide, long_lengths: list[int], request: Any) -> list[dict[str, Any]]:
-    """The words of each long length, drawn once; a length a model cannot take says why."""
+def _count(target: Any) -> int:
+    """How many checkpoints a run holds, where known before reading them (a list's length; else 1)."""
+    return len(target) if isinstance(target, (list, tuple)) else 1
+
+
+def _long_words(ctx: Context, shared: ExactSide, long_lengths: list[int], request: Any, checkpoints: int
+                ) -> list[dict[str, Any]]:
+    """The words of each long length, drawn once; a length a model cannot take, or too long to check (one
+    the run recorded, not asked for), says why."""
     task, side = ctx.task, ctx.side
     gen = torch.Generator().manual_seed(int(request.seed) + 1)
     out = []
     for length in long_lengths:
         reasons = []
+        try:
+            check_long_words(length, request.strings, checkpoints)
+        except ExactLensError as err:
+            out.append({"length": length, "usable": False, "reason": str(err)})
+            continue
         try:
             shared.construction.check_length(length, shared.exact_model)
         except ExactLensError as err:

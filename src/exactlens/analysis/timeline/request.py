@@ -15,7 +15,7 @@ from typing import Any
 from exactlens.analysis.diff.request import DiffRequest
 from exactlens.requests import Any_, Bool, Int, IntList, Lengths, Path_, TextList, option
 
-__all__ = ["DEFAULT_PARTS", "FROM_DIFF", "TimelineRequest", "resolved"]
+__all__ = ["DEFAULT_PARTS", "FROM_DIFF", "TimelineRequest", "check_long_words", "resolved"]
 
 DEFAULT_PARTS = ("behaviour", "probes", "attention", "alignment", "circuit")
 """What a checkpoint's row reports (weights and interventions can be asked for; the row does not show them)."""
@@ -92,3 +92,19 @@ def resolved(request: Any, lengths: Any) -> Any:
     (the diff's parts read the same fields from it as from a DiffRequest)."""
     warm = request.das_warm_steps if request.das_warm_steps is not None else max(10, request.das_steps // 4)
     return dataclasses.replace(request, lengths=lengths, das_warm_steps=min(warm, request.das_steps))
+
+
+WORD_POSITION_BYTES = 64  # per position of a long word kept for every checkpoint: ids, tokens, truth, residuals
+
+
+def check_long_words(length: int, strings: int, checkpoints: int) -> None:
+    """The timeline's one estimate of a long length's cost: the words kept, and at least one attention score per
+    query and key for every checkpoint; refused beyond the memory or work limit before any word is drawn. Asked by
+    ``timeline`` before any checkpoint is read, for a run's recorded test length before its words are drawn, and by
+    a sweep's spec check."""
+    from exactlens.resources import check_memory, check_work
+
+    what = f"long length {length:,} ({strings:,} words, {checkpoints:,} checkpoint{'s' if checkpoints != 1 else ''})"
+    lower = "give shorter --long-lengths (or fewer --strings)"
+    check_memory(float(strings) * (length + 2) * WORD_POSITION_BYTES, what, lower)
+    check_work(float(checkpoints) * strings * float(length + 2) ** 2, what, lower)

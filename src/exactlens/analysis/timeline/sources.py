@@ -10,7 +10,6 @@ TrainRun's options) comes back too: the timeline's default lengths.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,10 +92,12 @@ def _from_directory(path: Path) -> tuple[list[Source], Origin]:
     options: dict[str, Any] = {}
     info = path / "run.json"
     if info.is_file():
-        try:
-            options = json.loads(info.read_text(encoding="utf-8")).get("options") or {}
-        except (ValueError, OSError, AttributeError) as err:
-            raise ExactLensError(f"{info} is unreadable ({err})") from None
+        from exactlens.jsonio import read_json
+
+        record = read_json(info)
+        options = record.get("options", {}) if isinstance(record, dict) else None
+        if not isinstance(options, dict):
+            raise ExactLensError(f"{info} is not a run record (a JSON object whose 'options' is an object)")
     sources = [Source(c.step, c.epoch, _loader(c.path, f"the checkpoint at step {c.step}"),
                       f"the checkpoint at step {c.step}", dict(c.metrics)) for c in found]
     return sources, Origin("run directory", str(path), *_lengths(options))
