@@ -40,7 +40,7 @@ def test_events_are_the_first_step_from_which_a_condition_holds() -> None:
     rows = [_row(0, 0.5, False, 0.1), _row(10, 0.995, True, 0.5), _row(20, 0.9, False, 0.5),
             _row(40, 0.999, True, 0.8), _row(80, 1.0, True, 0.8)]
     found = events(rows, [64])
-    assert found["variables"]["w1"] == {"step": 40, "site": "blocks.0.hook_mlp_out"}  # lost at 20: not at 10
+    assert found["variables"]["w1"] == {"step": 40, "site": "blocks.0.hook_mlp_out", "how": "computed"}  # not at 10
     assert found["behaviour"] == 40 and found["long_behaviour"] is None and found["circuit"] == 40
     assert found["order"].startswith("w1 computed at step 40, with accuracy 0.99, with circuit overlap")
     assert "never by the last checkpoint: length generalisation (accuracy 0.99 at lengths 64)" in found["order"]
@@ -60,6 +60,25 @@ def test_events_are_the_first_step_from_which_a_condition_holds() -> None:
     assert quiet["order"].endswith("; not measured: accuracy 0.99") and "never by the last checkpoint: accuracy" \
         not in quiet["order"]
     assert found["not_measured"] == []
+
+
+def test_a_variable_that_is_the_answer_is_dated_where_it_reaches_the_readout() -> None:
+    """FIRST's first symbol is the answer at [CLS]: its event is the first checkpoint from which it is there
+    with the answer (interval's lower end >= 0.9), at the site where the answer arrives."""
+    def row(step: int, verdict: str, lower: float, arrival: str | None) -> dict:
+        line = {"verdict": verdict, "site": None, "iia_ci": [lower, 1.0], "answer_arrival": arrival}
+        return {"step": step, "accuracy": 1.0, "verdicts": {"first symbol": line}}
+
+    rows = [row(0, "model does not solve the task", 0.0, None),
+            row(52, "indistinguishable from the answer", 0.83, "blocks.1.hook_attn_out"),
+            row(139, "indistinguishable from the answer", 0.93, "blocks.1.hook_attn_out"),
+            row(373, "indistinguishable from the answer", 0.93, "blocks.1.hook_attn_out")]
+    found = events(rows)["variables"]["first symbol"]
+    assert found == {"step": 139, "site": "blocks.1.hook_attn_out", "how": "arrives with the answer"}
+    assert "first symbol at the readout with the answer (blocks.1.hook_attn_out) at step 139" in events(rows)["order"]
+    assert events(rows[:2])["variables"]["first symbol"] is None  # [0.83, 1]: not yet
+    no_site = [row(0, "indistinguishable from the answer", 0.95, None)]
+    assert events(no_site)["variables"]["first symbol"] is None
 
 
 def test_the_request_is_the_diffs_fields_with_the_timelines() -> None:

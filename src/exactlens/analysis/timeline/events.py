@@ -1,4 +1,5 @@
-"""Formation events from a timeline's checkpoint rows: when each variable is computed (and stays so), when
+"""Formation events from a timeline's checkpoint rows: when each variable is computed (and stays so; a variable
+that is the answer itself: when it reaches the readout with the answer, at the site ``answer_arrival``), when
 behaviour reaches its threshold on the training and on the long lengths, when the circuit overlap reaches
 its final value, and their order in one sentence.
 
@@ -35,6 +36,15 @@ def computed(row: dict[str, Any], variable: str) -> bool:
         and ci[0] >= COMPUTED_LOWER
 
 
+def arrives(row: dict[str, Any], variable: str) -> bool:
+    """The variable is the answer itself ("indistinguishable from the answer", interval's lower end >= 0.9)
+    and the answer reaches the readout at a site (``answer_arrival``): it is there, with the answer."""
+    v = (row.get("verdicts") or {}).get(variable)
+    ci = (v or {}).get("iia_ci")
+    return bool(v) and v.get("verdict") == "indistinguishable from the answer" and bool(v.get("answer_arrival")) \
+        and ci is not None and ci[0] is not None and ci[0] >= COMPUTED_LOWER
+
+
 def _at_least(key: str, bound: float) -> Callable[[dict[str, Any]], bool]:
     return lambda row: row.get(key) is not None and row[key] >= bound
 
@@ -49,7 +59,14 @@ def events(rows: list[dict[str, Any]], long_lengths: list[int] | None = None) ->
     variables: dict[str, Any] = {}
     for name in names:
         row = settled_from(rows, lambda r, name=name: computed(r, name))
-        variables[name] = None if row is None else {"step": row["step"], "site": row["verdicts"][name]["site"]}
+        if row is not None:
+            variables[name] = {"step": row["step"], "site": row["verdicts"][name]["site"], "how": "computed"}
+            continue
+        # a variable that is the answer itself is dated where it reaches the readout with the answer
+        row = settled_from(rows, lambda r, name=name: computed(r, name) or arrives(r, name))
+        variables[name] = None if row is None else {
+            "step": row["step"], "site": row["verdicts"][name].get("answer_arrival") or row["verdicts"][name]["site"],
+            "how": "computed" if computed(row, name) else "arrives with the answer"}
     behaviour = settled_from(rows, _at_least("accuracy", BEHAVIOUR_AT))
     long_behaviour = settled_from(rows, _at_least("long_accuracy", BEHAVIOUR_AT))
     final = _circuit(rows[-1]) if rows else None
@@ -75,8 +92,10 @@ def order_sentence(found: dict[str, Any], long_lengths: list[int] | None = None)
     """e.g. "w1 computed at step 120, before accuracy 0.99 at step 180; length generalisation at step 400"."""
     long_text = f"length generalisation (accuracy {BEHAVIOUR_AT} at lengths {_span(long_lengths)})" \
         if long_lengths else "length generalisation"
-    named: list[tuple[str, Any]] = [(f"{name} computed", v["step"] if v else None)
-                                    for name, v in found["variables"].items()]
+    named: list[tuple[str, Any]] = [
+        (f"{name} {'computed' if not v or v.get('how', 'computed') == 'computed' else 'at the readout with the answer'}"
+         + (f" ({v['site']})" if v and v.get("how") == "arrives with the answer" else ""), v["step"] if v else None)
+        for name, v in found["variables"].items()]
     unmeasured = set(found.get("not_measured") or ())
     behaviours = [(f"accuracy {BEHAVIOUR_AT}", "behaviour"), (long_text, "long_behaviour")]
     named += [(text, found[key]) for text, key in behaviours if key not in unmeasured]

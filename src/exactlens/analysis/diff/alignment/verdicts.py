@@ -206,6 +206,9 @@ def variable_verdicts(rows: list[dict[str, Any]], sites: list[str], readout_name
             pool = computed or at_input or [r for r in scored if r["verdict"] != "in the input"] or scored or own
             best = min(pool, key=lambda r: _selection_key(r, order))
         out[key] = _line(best, origin, readout_name)
+        # where an answer-determined variable reaches the readout: the earliest site at which the readout
+        # row of any answer-determined variable swaps the answer (a timeline dates this)
+        out[key]["answer_arrival"] = sites[min(arrival)] if determined and arrival else None
     return out
 
 
