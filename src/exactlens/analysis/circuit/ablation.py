@@ -60,6 +60,7 @@ class Batch:
     clean: GraphRun
     source: dict[str, torch.Tensor]
     ablation: str = "resample"
+    truth: torch.Tensor | None = None  # per-position targets: the metric leaves out undefined positions
 
 
 def _encode_and_run(model, graph: ModelGraph, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, GraphRun]:
@@ -119,7 +120,12 @@ def make_batch(model, graph: ModelGraph, ids: torch.Tensor, ablation: str = "res
         following = torch.empty_like(order)
         following[order] = order.roll(-1)
         source = {node: out[following] for node, out in clean.outputs.items()}
-    return Batch(tokens, n_positions, clean, source, ablation)
+    return Batch(tokens, n_positions, clean, source, ablation, per_position_truth(model_reader(model).task, ids, where))
+
+
+def per_position_truth(task, ids: torch.Tensor, where: torch.device) -> torch.Tensor | None:
+    """The targets of a per-position task's words (which positions are defined), else None."""
+    return task.targets(ids).to(where) if task.kind in ("prediction", "regression") else None
 
 
 def decisions(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
