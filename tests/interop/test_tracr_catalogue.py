@@ -159,3 +159,33 @@ def test_discovery_reads_only_target_positions():
         with torch.no_grad():
             found = float(divergence(model, clean, patched, batch.n_positions, truth))
         assert (found > 1e-6) == moved, (position, found)
+
+
+def test_numerical_program_with_an_undefined_output():
+    """A numerical program whose first output is None (the previous token's value): NaN targets there, left
+    out by verify's scores and loss and by the diff's behaviour and DAS units (regression)."""
+    import exactlens as el
+    from exactlens import constructions as registry
+    from exactlens.interop.tracr import deps, register_program
+
+    rasp = deps.rasp()
+    register_program("test-previous", lambda: rasp.numerical(rasp.Map(lambda x: x, catalogue.shifted(rasp.tokens, 1)))
+                     .named("previous"), (1, 2, 3), 4, kind="regression")
+    try:
+        task = tasks.get("tracr-test-previous")
+        ids = task.all_words(3)
+        targets = task.targets(ids)
+        assert targets[:, 0].isnan().all() and not targets[:, 1:].isnan().any()
+        result = el.verify("tracr-test-previous", lengths=range(1, 5), strings=100).to_dict()
+        assert all(row["accuracy"] == 1.0 and row["cross_entropy_bits"] is None for row in result["results"])
+        data = el.diff("tracr-test-previous", "tracr-test-previous", lengths=[2, 3, 4], strings=16,
+                       parts=("behaviour", "alignment"), das_steps=5, alignment_pairs=16,
+                       untrained_baseline=False).to_dict()
+        assert data["behaviour"]["agreement"] == 1.0 and data["behaviour"]["exact_mse"] < 1e-10
+        # NaN answers counted as units made the exact model itself "not solve the task" (alignment.units)
+        verdicts = {v["verdict"] for v in data["summary"]["verdicts"].values()}
+        assert "model does not solve the task" not in verdicts and "computed" in verdicts, verdicts
+    finally:  # leave the registries as they were for other tests
+        library.PROGRAMS.pop("test-previous", None)
+        dict.pop(tasks.registry.TASKS, "tracr-test-previous", None)
+        dict.pop(registry.REGISTRY, "tracr-test-previous", None)
