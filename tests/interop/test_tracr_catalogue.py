@@ -120,10 +120,10 @@ def test_undefined_positions_are_no_targets_wherever_they_are():
         assert decisions.shape == ids.shape  # a decision at every position, undefined ones too
 
 
-@pytest.mark.parametrize("name", UNDEFINED_SOMEWHERE)
+@pytest.mark.parametrize("name", [*UNDEFINED_SOMEWHERE, "max_element"])
 def test_self_diff_runs_with_undefined_outputs(name):
-    """`exactlens diff tracr-NAME --against tracr-NAME --lengths 2:4 --strings 16 --das-steps 10`, in process:
-    every agreement is 1, per length and per position."""
+    """`exactlens diff tracr-NAME --against tracr-NAME --lengths 2:4 --strings 16 --das-steps 10` runs, in
+    process (max_element: its interventions give outputs that are no class, below)."""
     from exactlens.cli import main
 
     assert main(["diff", f"tracr-{name}", "--against", f"tracr-{name}", "--lengths", "2:4", "--strings", "16",
@@ -189,3 +189,18 @@ def test_numerical_program_with_an_undefined_output():
         library.PROGRAMS.pop("test-previous", None)
         dict.pop(tasks.registry.TASKS, "tracr-test-previous", None)
         dict.pop(registry.REGISTRY, "tracr-test-previous", None)
+
+
+def test_an_intervention_without_a_class_is_undefined():
+    """max_element with its counts set so that two different tokens count as the largest: RASP averages them
+    (2.5), which is no class: undefined there (it stopped the diff before), while a word stays an error."""
+    task = tasks.get("tracr-max_element")
+    above = next(v for v in task.variables() if v.name.startswith("above"))
+    ids = torch.tensor([[1, 2]])  # the word 2 3: counts of greater tokens 1, 0
+    assert above.values(ids).tolist() == [[1, 0]]
+    assert above.intervene(ids, torch.tensor([[0, 0]])).tolist() == [[UNDEFINED, UNDEFINED]]
+    dedup = tasks.get("tracr-dedup")
+    slot = next(v for v in dedup.variables() if v.name.startswith("slot"))
+    ids = torch.tensor([[0, 1]])  # ab: both positions start a run; setting both slots to 0 selects a and b
+    same = slot.intervene(ids, torch.stack([slot.values(ids)[0, :1].repeat(2)]))
+    assert same.tolist()[0][0] == UNDEFINED

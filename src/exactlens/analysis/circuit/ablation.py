@@ -27,6 +27,7 @@ from exactlens.devices import device_of
 from exactlens.errors import ExactLensError
 from exactlens.resources import torch_threads
 from exactlens.tasks import reader as task_reader
+from exactlens.tasks.kinds import valid_targets
 
 ABLATIONS = ("resample", "mean", "cross-length", "zero")
 
@@ -134,12 +135,15 @@ def decisions(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.T
 
 
 def changed_words(model, graph: ModelGraph, batch: Batch, edges: Collection[Edge]) -> torch.Tensor:
-    """bool [B]: the words whose decision changes when these edges are ablated."""
+    """bool [B]: the words whose decision changes when these edges are ablated (per-position tasks: at a
+    target position; an undefined output, which has no decision to keep, is not read)."""
     with torch.no_grad():
         patched = run_graph(model, graph, batch.tokens, batch.n_positions, patched=edges, source=batch.source)
     before = decisions(model, batch.clean.logits, batch.n_positions)
     after = decisions(model, patched.logits, batch.n_positions)
     differs = before != after
+    if batch.truth is not None and differs.ndim == 2:
+        differs = differs & valid_targets(model_reader(model).task, batch.n_positions, differs.shape[1], batch.truth)
     return differs.reshape(differs.shape[0], -1).any(1)
 
 

@@ -145,17 +145,20 @@ class TracrTask(Task):
 
     # ---- targets ---------------------------------------------------------------------------
 
-    def _encode_outputs(self, outputs: list[Any], where: str) -> list[Any]:
+    def _encode_outputs(self, outputs: list[Any], where: str, intervened: bool = False) -> list[Any]:
         """Program outputs at each position -> targets (None where the output is undefined, RASP's
-        None, wherever it is, and before first_target: no target there)."""
+        None, wherever it is, and before first_target: no target there). Under an intervention, a value
+        outside the output space (an aggregate averaging different classes, e.g. max_element with its
+        counts set) is no class either: undefined."""
         encoded: list[Any] = []
         if self.kind == "prediction":
             index = {v: i for i, v in enumerate(self.output_values)}
         for position, value in enumerate(outputs):
-            if position < self.first_target or value is None:
+            outside = value is not None and self.kind == "prediction" and value not in index
+            if position < self.first_target or value is None or (outside and intervened):
                 encoded.append(None)
                 continue
-            if self.kind == "prediction" and value not in index:
+            if outside:
                 raise ExactLensError(
                     f"{self.name}: the program's output at position {position} of {where} is {value!r}, not a "
                     "value of its output space" + (f"; the program is defined on {self.domain_doc}"
@@ -177,7 +180,7 @@ class TracrTask(Task):
         if not self.in_domain(values):
             raise ExactLensError(f"{self.name}: the word {values} is outside the program's domain ({self.domain_doc})")
         where = repr(values) + (f" with {sorted(overrides)} set" if overrides else "")
-        encoded = self._encode_outputs(Evaluation(values, overrides)(self.program), where)
+        encoded = self._encode_outputs(Evaluation(values, overrides)(self.program), where, bool(overrides))
         if overrides is None and len(self._targets_cache) < TARGET_CACHE_LIMIT:
             self._targets_cache[row] = encoded
         return encoded
