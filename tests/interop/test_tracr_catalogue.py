@@ -204,3 +204,16 @@ def test_an_intervention_without_a_class_is_undefined():
     ids = torch.tensor([[0, 1]])  # ab: both positions start a run; setting both slots to 0 selects a and b
     same = slot.intervene(ids, torch.stack([slot.values(ids)[0, :1].repeat(2)]))
     assert same.tolist()[0][0] == UNDEFINED
+
+
+def test_timeline_agrees_on_undefined_outputs():
+    """The timeline over two checkpoints of the exact trend model (its last output undefined) scores every
+    word right and finds the exact circuit, as verify, diff and discover do."""
+    import exactlens as el
+
+    exact = constructions.build("tracr-trend", dtype="float64")
+    data = el.timeline([exact, exact], "tracr-trend", steps=[0, 1], lengths=[2, 3, 4], strings=16,
+                       parts=("behaviour", "circuit"))
+    rows = data["checkpoints"]
+    assert [r["accuracy"] for r in rows] == [1.0, 1.0]
+    assert all(r["circuit_overlap"]["edge_jaccard"] == 1.0 for r in rows), rows[0]["circuit_overlap"]
