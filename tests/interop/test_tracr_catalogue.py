@@ -16,7 +16,6 @@ from exactlens.interop.tracr import catalogue, library  # noqa: E402
 from exactlens.tasks.base import UNDEFINED  # noqa: E402
 
 NAMES = [entry["name"] for entry in catalogue.catalogue()]
-UNDEFINED_SOMEWHERE = ("trend", "dedup", "neighbour_sum", "pair_lookup")
 
 
 # ---- the tasks in plain Python (None: undefined) ---------------------------------------------------------------
@@ -120,7 +119,8 @@ def test_undefined_positions_are_no_targets_wherever_they_are():
         assert decisions.shape == ids.shape  # a decision at every position, undefined ones too
 
 
-@pytest.mark.parametrize("name", [*UNDEFINED_SOMEWHERE, "max_element"])
+@pytest.mark.parametrize("name", ["trend", "dedup", "max_element",  # the end, the middle, no class under a swap
+                                  *(pytest.param(n, marks=pytest.mark.slow) for n in ("neighbour_sum", "pair_lookup"))])
 def test_self_diff_runs_with_undefined_outputs(name):
     """`exactlens diff tracr-NAME --against tracr-NAME --lengths 2:4 --strings 16 --das-steps 10` runs, in
     process (max_element: its interventions give outputs that are no class, below)."""
