@@ -217,3 +217,10 @@ def test_timeline_agrees_on_undefined_outputs():
     rows = data["checkpoints"]
     assert [r["accuracy"] for r in rows] == [1.0, 1.0]
     assert all(r["circuit_overlap"]["edge_jaccard"] == 1.0 for r in rows), rows[0]["circuit_overlap"]
+
+
+def test_the_task_verb_shows_an_undefined_target_as_none():
+    import exactlens as el
+
+    example = el.task("tracr-trend").to_dict()["example"]
+    assert example["target"][-1] is None and None not in example["target"][:-1]
