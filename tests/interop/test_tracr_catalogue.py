@@ -121,13 +121,18 @@ def test_undefined_positions_are_no_targets_wherever_they_are():
 
 @pytest.mark.parametrize("name", ["trend", "dedup", "max_element",  # the end, the middle, no class under a swap
                                   *(pytest.param(n, marks=pytest.mark.slow) for n in ("neighbour_sum", "pair_lookup"))])
-def test_self_diff_runs_with_undefined_outputs(name):
+def test_self_diff_runs_with_undefined_outputs(name, capsys):
     """`exactlens diff tracr-NAME --against tracr-NAME --lengths 2:4 --strings 16 --das-steps 10` runs, in
-    process (max_element: its interventions give outputs that are no class, below)."""
+    process, and the two copies agree everywhere (max_element: its interventions give outputs that are no
+    class, below)."""
+    import json
+
     from exactlens.cli import main
 
     assert main(["diff", f"tracr-{name}", "--against", f"tracr-{name}", "--lengths", "2:4", "--strings", "16",
-                 "--das-steps", "10"]) == 0
+                 "--das-steps", "10", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["agreement"] == summary["per_position_agreement"] == summary["exact_accuracy"] == 1.0
 
 
 def test_per_position_agreement_leaves_out_lengths_without_targets():
