@@ -3,7 +3,8 @@ dependency of the RASP graph (a query, key or value read of an Aggregate, an MLP
 of the weight-derived circuit, and every other circuit edge carries only features that are the same
 for every word (tracr's "one" direction and the BOS indicator that its attention always reads). Ablating
 every edge outside the circuit changes no decision, and every RASP dependency matters alone except those
-whose selector's predicate ignores that side (UNNECESSARY). All twelve registered programs (nine slow)."""
+whose selector's predicate ignores that side (UNNECESSARY). All twenty registered programs (seventeen slow:
+the library's and the catalogue's, exactlens.interop.tracr.catalogue)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from exactlens.constructions.registry import build  # noqa: E402
 
 PROGRAMS = ("tracr-frac_prevs", "tracr-hist", "tracr-sort_unique")
 SLOW_PROGRAMS = ("tracr-count_less_freq", "tracr-detect_pattern", "tracr-length", "tracr-pair_balance",
-                 "tracr-reverse", "tracr-shuffle_dyck", "tracr-shuffle_dyck2", "tracr-sort", "tracr-sort_freq")
+                 "tracr-reverse", "tracr-shuffle_dyck", "tracr-shuffle_dyck2", "tracr-sort", "tracr-sort_freq",
+                 "tracr-trend", "tracr-count_token", "tracr-dedup", "tracr-count_greater", "tracr-max_element",
+                 "tracr-neighbour_sum", "tracr-most_frequent", "tracr-pair_lookup")
 UNNECESSARY = {  # RASP dependencies that no ablation alone can see, each for a reason in the program
     # make_length: Select(tokens, tokens, TRUE) reads query and key but its predicate ignores both
     "tracr-length": {"embed->L0.H0.q", "embed->L0.H0.k"},
@@ -29,6 +32,11 @@ UNNECESSARY = {  # RASP dependencies that no ablation alone can see, each for a 
     "tracr-shuffle_dyck2": {"embed->L0.H0.q", "embed->L0.H0.k"},
     # make_count_less_freq: Select(hist, hist, lambda key, query: key <= n) ignores the query
     "tracr-count_less_freq": {"L0.MLP->L1.H0.q"},
+    "tracr-count_token": {"embed->L0.H0.q"},  # Select(tokens, tokens, key == "a") ignores the query
+    # catalogue.value_where_zero: Select(counts, counts, key == 0) ignores the query
+    "tracr-max_element": {"L0.MLP->L1.H0.q"},
+    # and, measured (not derived), the key read of `better` (score > score) alone: no decision changes
+    "tracr-most_frequent": {"L1.MLP->L2.H0.k", "L2.MLP->L3.H0.q"},
 }
 HEAD_ROLES = {"query": "q", "key": "k", "value": "v"}
 

@@ -128,7 +128,7 @@ def test_reference_target_matches_vectorized_targets(task):
             assert all(isinstance(v, int) for v in values)
             assert got.tolist() == values
         else:
-            valid = task.target_mask(lengths_of(ids), ids.shape[1])
+            valid = task.target_mask(lengths_of(ids), ids.shape[1], got)
             assert valid.tolist() == mask, f"{task}: target_mask disagrees with the reference's None entries"
             expected = torch.tensor(values, dtype=got.dtype).reshape(ids.shape)
             assert torch.equal(torch.where(valid, got, 0), torch.where(valid, expected, 0))
@@ -181,7 +181,7 @@ def test_kind_and_target_layout(task):
     elif task.kind == "prediction":
         assert task.n_outputs == len(task.classes) >= 2
         assert got.shape == (16, n) and not got.is_floating_point() and got.dtype != torch.bool
-        valid = task.target_mask(lengths_of(ids), n)
+        valid = task.target_mask(lengths_of(ids), n, got)
         assert ((got[valid] >= 0) & (got[valid] < len(task.classes))).all()
     else:
         assert task.n_outputs == 1 and task.classes == ("value",)
@@ -398,7 +398,8 @@ def test_one_signature_everywhere(task):
     assert names(task.loss) == ["outputs", "targets", "n_positions"]
     assert names(task.score)[:3] == ["predictions", "targets", "n_positions"]
     reader = Reader(task, None)
-    assert names(reader.decide) == names(reader.margin) == ["outputs", "n_positions"]
+    assert names(reader.decide) == names(reader.margin)[:2] == ["outputs", "n_positions"]
+    assert names(reader.margin)[2:] == ["truth"]  # optional: leaves out undefined target positions
 
 
 def encoded_outputs(task, targets: torch.Tensor, n_positions: torch.Tensor, layout: int = 0) -> torch.Tensor:
@@ -414,7 +415,7 @@ def encoded_outputs(task, targets: torch.Tensor, n_positions: torch.Tensor, layo
         return BIG * torch.nn.functional.one_hot(targets.long(), k).double()
     batch, width = targets.shape
     pos = int(n_positions.max())
-    valid = task.target_mask(n_positions - task.n_specials, width)
+    valid = task.target_mask(n_positions - task.n_specials, width, targets)
     if task.kind == "prediction":
         out = torch.randn(batch, pos, k, generator=g, dtype=torch.float64)
         for b, i in valid.nonzero().tolist():
@@ -430,16 +431,17 @@ def encoded_outputs(task, targets: torch.Tensor, n_positions: torch.Tensor, layo
 
 
 def corrupted(task, outputs: torch.Tensor, targets: torch.Tensor, n_positions: torch.Tensor):
-    """The outputs with one answer per word made wrong; also the positions changed [(b, i)]."""
+    """The outputs with one answer per word made wrong (a word without targets: none); also the
+    positions changed [(b, i)]."""
     out = outputs.clone()
     k = len(task.classes)
     if task.kind == "membership":
         return -out, None
     if task.kind == "classification":
         return BIG * torch.nn.functional.one_hot((targets.long() + 1) % k, k).double(), None
-    valid = task.target_mask(n_positions - task.n_specials, targets.shape[1])
+    valid = task.target_mask(n_positions - task.n_specials, targets.shape[1], targets)
     changed = []
-    for b in range(targets.shape[0]):
+    for b in valid.any(1).nonzero()[:, 0].tolist():
         i = int(valid[b].nonzero()[0])
         p = task.symbol_offset + i
         if task.kind == "prediction":
@@ -473,9 +475,11 @@ def test_decide_score_loss_on_encoded_answers(task, layout):
         assert scores.correct.all() and scores.accuracy == 1.0
         right_loss = task.loss(outputs, targets, n_positions)
         assert right_loss.shape == (targets.shape[0],)
-        margin = Reader(task, None).margin(outputs, n_positions)
+        margin = Reader(task, None).margin(outputs, n_positions, targets)
+        has_target = torch.ones(targets.shape[0], dtype=torch.bool)
         if per_position(task):
-            valid = task.target_mask(n_positions - task.n_specials, targets.shape[1])
+            valid = task.target_mask(n_positions - task.n_specials, targets.shape[1], targets)
+            has_target = valid.any(1)  # e.g. trend's one-symbol words: their only output is undefined
             assert decided.shape[:2] == targets.shape
             assert torch.equal(decided[valid].to(targets.dtype), targets[valid])
             assert scores.per_position_accuracy == 1.0
@@ -491,13 +495,13 @@ def test_decide_score_loss_on_encoded_answers(task, layout):
         wrong, changed = corrupted(task, outputs, targets, n_positions)
         decided_wrong = task.decide(wrong, n_positions)
         wrong_scores = task.score(decided_wrong, targets, n_positions)
-        assert not wrong_scores.correct.any() and wrong_scores.accuracy == 0.0
-        wrong_loss = task.loss(wrong, targets, n_positions)
+        assert not wrong_scores.correct[has_target].any() and wrong_scores.correct[~has_target].all()
+        wrong_loss = task.loss(wrong, targets, n_positions)[has_target]
         if task.kind == "regression":  # squared error 1 at one of the word's target positions
-            n_valid = task.target_mask(n_positions - task.n_specials, targets.shape[1]).sum(1)
+            n_valid = task.target_mask(n_positions - task.n_specials, targets.shape[1], targets).sum(1)[has_target]
             assert torch.allclose(wrong_loss, 1.0 / n_valid.double())
         else:
-            assert (wrong_loss > right_loss + 0.1).all()
+            assert (wrong_loss > right_loss[has_target] + 0.1).all()
         if per_position(task):
             assert wrong_scores.per_position_accuracy < 1.0
             for b, i in changed:
@@ -539,7 +543,7 @@ def test_score_of_too_narrow_predictions_is_not_all_correct(task):
         pytest.skip("per-position kinds only")
     ids = task.sample(mid_length(task), 4, gen(8))
     targets, n_positions = task.targets(ids), task.encode(ids).n_positions
-    last = int(task.target_mask(lengths_of(ids), ids.shape[1]).nonzero()[:, 1].max())
+    last = int(task.target_mask(lengths_of(ids), ids.shape[1], targets).nonzero()[:, 1].max())
     narrow = targets[:, :last]  # right wherever it answers, but the last target position is missing
     try:
         scores = task.score(narrow, targets, n_positions)

@@ -122,7 +122,7 @@ def evaluate_words(reader: Reader, model: ExactTransformer, ids: torch.Tensor) -
     tolerance = regression_tolerance(model, truth) if task.kind == "regression" else None
     scores = task.score(predictions, truth, batch.n_positions, tolerance)
     ce = kinds.cross_entropy_bits(task, outputs, truth, batch.n_positions) if reader.has_logits else None
-    margin = reader.margin(outputs, batch.n_positions)
+    margin = reader.margin(outputs, batch.n_positions, truth)
     finite_word = torch.isfinite(outputs.reshape(outputs.shape[0], -1)).all(dim=1)
     non_finite = int((~finite_word).sum())
     row = {

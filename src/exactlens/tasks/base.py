@@ -36,6 +36,9 @@ from exactlens.tasks.variables import CausalVariable
 CLS = "[CLS]"
 EOS = "[EOS]"
 EXHAUSTIVE_LIMIT = 2**22  # all_words enumerates at most this many words
+UNDEFINED = -100
+"""A class target where the task has no answer (e.g. a RASP program's None): cross-entropy's
+ignore_index; a value target there is NaN. ``target_mask(..., truth)`` leaves both out."""
 
 
 @dataclass
@@ -261,11 +264,13 @@ class Task:
         width = max(len(r) for r in rows)
         return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts])
 
-    def target_mask(self, lengths: torch.Tensor, width: int) -> torch.Tensor:
+    def target_mask(self, lengths: torch.Tensor, width: int, truth: torch.Tensor | None = None) -> torch.Tensor:
         """bool [B, width]: the symbol positions that carry a target, for words of the given lengths
-        (per-position kinds; every word has exactly one target otherwise)."""
+        (per-position kinds; every word has exactly one target otherwise). ``truth``: the words'
+        targets [B, L]; positions whose target is undefined there (UNDEFINED, NaN) are left out too."""
         j = torch.arange(width, device=lengths.device).unsqueeze(0)
-        return (j < lengths.unsqueeze(1)) & (j >= self.first_target)
+        mask = (j < lengths.unsqueeze(1)) & (j >= self.first_target)
+        return mask if truth is None else mask & defined_targets(truth, width)
 
     def contains(self, word: str | Sequence[str]) -> bool:
         """Membership of one word (membership tasks), written independently of any model."""
@@ -316,6 +321,16 @@ class Task:
         if name not in found:
             raise ExactLensError(f"{self.name} has no variable {name!r}; it has {sorted(found) or 'none'}")
         return found[name]
+
+
+def defined_targets(truth: torch.Tensor, width: int) -> torch.Tensor:
+    """bool [B, width]: per-position targets that are defined (not UNDEFINED, not NaN); positions
+    beyond the targets' width have none."""
+    if truth.ndim != 2:
+        raise ExactLensError(f"per-position targets are [batch, positions], got shape {tuple(truth.shape)}")
+    part = truth[:, :width]
+    ok = ~part.isnan() if part.is_floating_point() else part != UNDEFINED
+    return torch.nn.functional.pad(ok, (0, width - part.shape[1]), value=False)
 
 
 def check_length(length: int, what: str, min_length: int = 0, max_length: int | None = None) -> None:

@@ -86,12 +86,13 @@ class Reader:
 
         return kinds.decide(self.task, outputs, n_positions)
 
-    def margin(self, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor | None:
+    def margin(self, outputs: torch.Tensor, n_positions: torch.Tensor,
+               truth: torch.Tensor | None = None) -> torch.Tensor | None:
         if self.rule is not None and self.rule.margin is not None:
             return self.rule.margin(outputs, n_positions)
         from exactlens.tasks import kinds
 
-        return kinds.margin(self.task, outputs, n_positions)
+        return kinds.margin(self.task, outputs, n_positions, truth)
 
     def evidence(self, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor | None:
         """Outputs in the kind's standard form whose standard decision is this reader's (differentiable,

@@ -13,7 +13,8 @@ regression     values [B, pos, 1] or [B, pos]        float [B, L] per symbol
 
 Per-position outputs cover every token position; the symbols of a word sit at positions
 ``task.symbol_offset`` onward (after [CLS]), and ``task.target_mask`` says which symbol
-positions carry a target (e.g. not the first one of a pair task). A word counts as correct
+positions carry a target (e.g. not the first one of a pair task; given the targets, not where
+they are undefined: ``UNDEFINED`` classes, NaN values). A word counts as correct
 when every one of its targets is predicted (within ``tolerance`` for regression).
 
 Every function here takes ``n_positions`` (real positions per row, padding excluded), so one
@@ -70,9 +71,10 @@ def symbol_outputs(task: Task, outputs: torch.Tensor) -> torch.Tensor:
     return outputs[:, task.symbol_offset : task.symbol_offset + width]
 
 
-def valid_targets(task: Task, n_positions: torch.Tensor, width: int) -> torch.Tensor:
-    """bool [B, width]: which symbol positions of each row carry a target."""
-    return task.target_mask(n_positions - task.n_specials, width)
+def valid_targets(task: Task, n_positions: torch.Tensor, width: int, truth: torch.Tensor | None = None) -> torch.Tensor:
+    """bool [B, width]: which symbol positions of each row carry a target (``truth``: the targets,
+    whose undefined entries carry none)."""
+    return task.target_mask(n_positions - task.n_specials, width, truth)
 
 
 # ---- deciding ----------------------------------------------------------------------------------
@@ -95,9 +97,11 @@ def decide(task: Task, outputs: torch.Tensor, n_positions: torch.Tensor) -> torc
     return _regression_values(task, per_position)
 
 
-def margin(task: Task, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor | None:
+def margin(task: Task, outputs: torch.Tensor, n_positions: torch.Tensor,
+           truth: torch.Tensor | None = None) -> torch.Tensor | None:
     """Per word, the distance of the outputs from the decision boundary (|logit|, or the gap
-    between the two largest logits, the smallest over a word's positions); None for regression."""
+    between the two largest logits, the smallest over a word's target positions, ``truth``
+    leaving out undefined ones); None for regression."""
     kind = task.kind
     if kind == "regression":
         return None
@@ -107,7 +111,7 @@ def margin(task: Task, outputs: torch.Tensor, n_positions: torch.Tensor) -> torc
         return _top_gap(outputs)
     per_position = symbol_outputs(task, outputs)
     gaps = _top_gap(per_position)
-    valid = valid_targets(task, n_positions, gaps.shape[1])
+    valid = valid_targets(task, n_positions, gaps.shape[1], truth)
     return torch.where(valid, gaps, torch.full_like(gaps, math.inf)).amin(1)
 
 
@@ -166,14 +170,15 @@ def loss(task: Task, outputs: torch.Tensor, targets: torch.Tensor, n_positions: 
         _check_classes(task, outputs, 2)
         return F.cross_entropy(outputs, targets.long(), reduction="none")
     per_position = symbol_outputs(task, outputs)
-    valid = valid_targets(task, n_positions, per_position.shape[1])
+    valid = valid_targets(task, n_positions, per_position.shape[1], targets)
     if kind == "prediction":
         _check_classes(task, per_position, 3)
         safe = torch.where(valid, targets.long(), 0)
         each = F.cross_entropy(per_position.transpose(1, 2), safe, reduction="none")
     else:
         values = _regression_values(task, per_position)
-        each = (values - targets.to(values.dtype)).pow(2)
+        safe = torch.where(valid, targets.to(values.dtype), 0.0)  # an undefined (NaN) target: no gradient of NaN
+        each = (values - safe).pow(2)
     return _masked_mean(each, valid)
 
 
@@ -237,7 +242,7 @@ def score(
             f"batch, got {_shape(predictions)} and {_shape(targets)}"
         )
     width = targets.shape[1]
-    valid = valid_targets(task, n_positions, width)
+    valid = valid_targets(task, n_positions, width, targets)
     if predictions.shape[1] < width:  # narrower predictions: only padding may be missing
         if valid[:, predictions.shape[1]:].any():
             raise ExactLensError(
@@ -261,7 +266,7 @@ def regression_tolerance(dtype: torch.dtype, targets: torch.Tensor, scale: float
     """16 units of rounding of ``dtype`` at the size of the largest target (or ``scale``, the size of
     the largest value a construction computes on the way, when larger): an exact regression
     construction is right within this."""
-    size = max(1.0, float(targets.double().abs().max()) if targets.numel() else 0.0, float(scale))
+    size = max(1.0, float(targets.double().nan_to_num(0.0).abs().max()) if targets.numel() else 0.0, float(scale))
     return 16 * torch.finfo(dtype).eps * size
 
 

@@ -66,7 +66,7 @@ def conventions(name: str, **params: Any) -> dict[str, Any]:
         "lengths": {"min": task.min_length, "max": task.max_length},
         "padding": "words of one length need no padding; padded batches pass n_positions (padding is masked)",
         "example": {"word": example_word, "tokens": batch.tokens[0].tolist(),
-                    "target": _plain(task.targets_of([example_word])[0])},
+                    "target": _example_target(task, example_word)},
     }
 
 
@@ -74,6 +74,18 @@ def _generator() -> Any:
     import torch
 
     return torch.Generator().manual_seed(0)
+
+
+def _example_target(task: Any, word: str) -> Any:
+    """The word's target as plain values, None where it has none (e.g. a RASP program's undefined output)."""
+    import torch
+
+    target = task.targets_of([word])
+    if target.ndim < 2:
+        return _plain(target[0])
+    width = target.shape[1]
+    defined = task.target_mask(torch.full((1,), width), width, target)[0].tolist()
+    return [value if ok else None for value, ok in zip(_plain(target[0]), defined, strict=True)]
 
 
 def _plain(value: Any) -> Any:

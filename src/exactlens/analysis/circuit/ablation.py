@@ -27,6 +27,7 @@ from exactlens.devices import device_of
 from exactlens.errors import ExactLensError
 from exactlens.resources import torch_threads
 from exactlens.tasks import reader as task_reader
+from exactlens.tasks.kinds import valid_targets
 
 ABLATIONS = ("resample", "mean", "cross-length", "zero")
 
@@ -60,6 +61,7 @@ class Batch:
     clean: GraphRun
     source: dict[str, torch.Tensor]
     ablation: str = "resample"
+    truth: torch.Tensor | None = None  # per-position targets: the metric leaves out undefined positions
 
 
 def _encode_and_run(model, graph: ModelGraph, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, GraphRun]:
@@ -119,7 +121,12 @@ def make_batch(model, graph: ModelGraph, ids: torch.Tensor, ablation: str = "res
         following = torch.empty_like(order)
         following[order] = order.roll(-1)
         source = {node: out[following] for node, out in clean.outputs.items()}
-    return Batch(tokens, n_positions, clean, source, ablation)
+    return Batch(tokens, n_positions, clean, source, ablation, per_position_truth(model_reader(model).task, ids, where))
+
+
+def per_position_truth(task, ids: torch.Tensor, where: torch.device) -> torch.Tensor | None:
+    """The targets of a per-position task's words (which positions are defined), else None."""
+    return task.targets(ids).to(where) if task.kind in ("prediction", "regression") else None
 
 
 def decisions(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
@@ -128,12 +135,15 @@ def decisions(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.T
 
 
 def changed_words(model, graph: ModelGraph, batch: Batch, edges: Collection[Edge]) -> torch.Tensor:
-    """bool [B]: the words whose decision changes when these edges are ablated."""
+    """bool [B]: the words whose decision changes when these edges are ablated (per-position tasks: at a
+    target position; an undefined output, which has no decision to keep, is not read)."""
     with torch.no_grad():
         patched = run_graph(model, graph, batch.tokens, batch.n_positions, patched=edges, source=batch.source)
     before = decisions(model, batch.clean.logits, batch.n_positions)
     after = decisions(model, patched.logits, batch.n_positions)
     differs = before != after
+    if batch.truth is not None and differs.ndim == 2:
+        differs = differs & valid_targets(model_reader(model).task, batch.n_positions, differs.shape[1], batch.truth)
     return differs.reshape(differs.shape[0], -1).any(1)
 
 

@@ -60,13 +60,15 @@ def evidence(model, logits: torch.Tensor, n_positions: torch.Tensor) -> torch.Te
     return out
 
 
-def _per_position(model, out: torch.Tensor, n_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _per_position(model, out: torch.Tensor, n_positions: torch.Tensor,
+                  truth: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     task = model_reader(model).task
     symbol = kinds.symbol_outputs(task, out)
-    return symbol, kinds.valid_targets(task, n_positions, symbol.shape[1])
+    return symbol, kinds.valid_targets(task, n_positions, symbol.shape[1], truth)
 
 
-def divergence(model, clean: torch.Tensor, patched: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+def divergence(model, clean: torch.Tensor, patched: torch.Tensor, n_positions: torch.Tensor,
+               truth: torch.Tensor | None = None) -> torch.Tensor:
     """Mean divergence of patched evidence from clean evidence (module docstring)."""
     kind = model_reader(model).task.kind
     if kind == "membership":
@@ -77,7 +79,7 @@ def divergence(model, clean: torch.Tensor, patched: torch.Tensor, n_positions: t
     if kind == "classification":
         return F.kl_div(F.log_softmax(patched, -1), F.log_softmax(clean, -1), log_target=True,
                         reduction="none").sum(-1).mean()
-    c, valid = _per_position(model, clean, n_positions)
+    c, valid = _per_position(model, clean, n_positions, truth)
     p, _ = _per_position(model, patched, n_positions)
     if kind == "prediction":
         each = F.kl_div(F.log_softmax(p, -1), F.log_softmax(c, -1), log_target=True, reduction="none").sum(-1)
@@ -86,7 +88,8 @@ def divergence(model, clean: torch.Tensor, patched: torch.Tensor, n_positions: t
     return (each * valid).sum() / valid.sum().clamp(min=1)
 
 
-def logit_difference(model, clean: torch.Tensor, out: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+def logit_difference(model, clean: torch.Tensor, out: torch.Tensor, n_positions: torch.Tensor,
+                     truth: torch.Tensor | None = None) -> torch.Tensor:
     """Evidence for the clean decisions, linear in the outputs: the signed logit (membership), the
     decided class's logit minus the mean of the others (classes), or the value (regression)."""
     kind = model_reader(model).task.kind
@@ -95,7 +98,7 @@ def logit_difference(model, clean: torch.Tensor, out: torch.Tensor, n_positions:
         return (torch.sign(c) * o).sum()
     if kind == "classification":
         return _class_difference(clean, out).sum()
-    c, valid = _per_position(model, clean, n_positions)
+    c, valid = _per_position(model, clean, n_positions, truth)
     o, _ = _per_position(model, out, n_positions)
     each = _class_difference(c, o) if kind == "prediction" else o.reshape(o.shape[0], o.shape[1], -1).sum(-1)
     return (each * valid).sum()
@@ -133,7 +136,7 @@ def patched_divergence(model, graph: ModelGraph, batch: Batch, edges, clean_befo
         run = run_graph(model, graph, batch.tokens, batch.n_positions, patched=edges, source=batch.source,
                         reuse=reuse)
         return float(divergence(model, _clean_evidence(model, batch), evidence(model, run.logits, batch.n_positions),
-                                batch.n_positions))
+                                batch.n_positions, batch.truth))
 
 
 def _mean(values) -> float:
@@ -175,7 +178,8 @@ def _attribution_run(model, graph: ModelGraph, batch: Batch, method: str, alpha:
     with torch.enable_grad():  # callers may run under no_grad (the diff does)
         run = run_graph(model, graph, batch.tokens, batch.n_positions, input_grads=True, reuse=reuse, pin=pin)
         clean = _clean_evidence(model, batch).detach()
-        logit_difference(model, clean, evidence(model, run.logits, batch.n_positions), batch.n_positions).backward()
+        logit_difference(model, clean, evidence(model, run.logits, batch.n_positions), batch.n_positions,
+                         batch.truth).backward()
     return run
 
 

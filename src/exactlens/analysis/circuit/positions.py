@@ -33,7 +33,8 @@ def readout_positions(model, batch: Batch) -> set[int]:
     logits = batch.clean.logits.detach().clone().requires_grad_(True)
     with torch.enable_grad():
         clean = evidence(model, batch.clean.logits, batch.n_positions).detach()
-        logit_difference(model, clean, evidence(model, logits, batch.n_positions), batch.n_positions).backward()
+        logit_difference(model, clean, evidence(model, logits, batch.n_positions), batch.n_positions,
+                         batch.truth).backward()
     read = (logits.grad != 0).reshape(logits.shape[0], logits.shape[1], -1).any(-1).any(0)
     return {int(p) for p in torch.nonzero(read).flatten()}
 

@@ -28,6 +28,7 @@ def behaviour_table(runs: list[LengthRun], trained: Side, exact: Side) -> dict[s
     task = exact.reader.task
     rows = []
     sums: dict[str, float] = {}
+    weights: dict[str, int] = {}  # words of the lengths that have the value
     for run in runs:
         n_pos = run.n_positions
         e = exact.reader.decide(run.exact_outputs, n_pos)
@@ -35,7 +36,7 @@ def behaviour_table(runs: list[LengthRun], trained: Side, exact: Side) -> dict[s
         tol = _tolerance(exact, run.truth) if task.kind == "regression" else None
         e_score = task.score(e, run.truth, n_pos, tol)
         t_score = task.score(t, run.truth, n_pos, tol)
-        agree = same_decisions(task, e, t, n_pos, tol or 0.0)
+        agree = same_decisions(task, e, t, n_pos, tol or 0.0, run.truth)
         row: dict[str, Any] = {
             "length": run.length,
             "strings": len(run.truth),
@@ -50,9 +51,10 @@ def behaviour_table(runs: list[LengthRun], trained: Side, exact: Side) -> dict[s
             row.update(
                 exact_per_position_accuracy=e_score.per_position_accuracy,
                 trained_per_position_accuracy=t_score.per_position_accuracy,
-                per_position_agreement=float(same.sum()) / max(int(valid.sum()), 1),
+                # a length without target positions has no agreement (left out of the mean)
+                per_position_agreement=float(same.sum()) / int(valid.sum()) if valid.any() else None,
             )
-        if task.kind == "regression":
+        if task.kind == "regression" and e_score.valid.any():  # a length without targets has no error
             valid = e_score.valid
             width = valid.shape[1]
             diff = (e[:, :width].double() - t[:, :width].double()).pow(2)[valid]
@@ -66,10 +68,10 @@ def behaviour_table(runs: list[LengthRun], trained: Side, exact: Side) -> dict[s
         for key, value in row.items():
             if key not in ("length", "strings", "exhaustive") and isinstance(value, float):
                 sums[key] = sums.get(key, 0.0) + value * row["strings"]
+                weights[key] = weights.get(key, 0) + row["strings"]
         rows.append(row)
-    total = sum(r["strings"] for r in rows)
     out: dict[str, Any] = {"task": task.spec(), "rows": rows}
-    out.update({key: value / total for key, value in sums.items()})
+    out.update({key: value / weights[key] for key, value in sums.items()})
     for key in ("exact_accuracy", "trained_accuracy", "agreement"):
         out.setdefault(key, float(np.nan))
     return out

@@ -426,13 +426,13 @@ def pooled(runs: list[LengthRun], name: str, which: str) -> np.ndarray:
 
 
 def same_decisions(task: tasks.Task, a: torch.Tensor, b: torch.Tensor, n_positions: torch.Tensor,
-                   tolerance: float) -> torch.Tensor:
-    """bool [B]: the two decisions of each word agree (at every target position; regression: within
-    ``tolerance``)."""
+                   tolerance: float, truth: torch.Tensor | None = None) -> torch.Tensor:
+    """bool [B]: the two decisions of each word agree (at every target position, ``truth`` leaving
+    out undefined ones; regression: within ``tolerance``)."""
     if task.kind in ("membership", "classification"):
         return a == b
     width = min(a.shape[1], b.shape[1])
-    valid = task.target_mask(n_positions - task.n_specials, width)
+    valid = task.target_mask(n_positions - task.n_specials, width, truth)
     if task.kind == "regression":
         equal = (a[:, :width].double() - b[:, :width].double()).abs() <= tolerance
     else:

@@ -10,7 +10,8 @@ written separately (tests compare the two on every word of every registered prog
 * Select: the matrix [query][key] of predicate(key, query);
 * SelectorWidth: the number of selected keys per query;
 * Aggregate: the mean of the selected values; one value: that value; none: the default;
-  several non-numeric values are an error (RASP's aggregate averages numbers only).
+  several non-numeric values are an error (RASP's aggregate averages numbers only), or None (undefined)
+  where SOps are set (an intervention may select what no word does).
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ from exactlens.interop.tracr import deps
 from exactlens.interop.tracr.program import child_fields
 
 
-def _mean(selected: list[Any], default: Any, where: str) -> Any:
+def _mean(selected: list[Any], default: Any, where: str, intervened: bool = False) -> Any:
+    """Several non-numeric values: an error on a word, None (undefined) under an intervention, which may
+    select what no word does."""
     if not selected:
         return default
     if len(selected) == 1:
         return selected[0]
     if all(isinstance(v, (bool, int, float)) for v in selected):
         return sum(selected) / len(selected)
+    if intervened:
+        return None
     raise ExactLensError(f"{where}: an aggregate selects several non-numeric values {selected}; RASP averages "
                          "numbers only (the word is outside the program's domain)")
 
@@ -91,8 +96,8 @@ class Evaluation:
             return [sum(row) for row in self(expr.selector)]
         if isinstance(expr, r.Aggregate):
             matrix, values = self(expr.selector), self(expr.sop)
-            return [_mean([v for s, v in zip(row, values, strict=True) if s], expr.default, expr.label)
-                    for row in matrix]
+            return [_mean([v for s, v in zip(row, values, strict=True) if s], expr.default, expr.label,
+                          bool(self.overrides)) for row in matrix]
         raise ExactLensError(f"cannot evaluate {type(expr).__name__} {expr.label}")
 
 

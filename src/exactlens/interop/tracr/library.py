@@ -6,7 +6,8 @@ compiles the program with tracr (once per process and parameters) and converts t
 evaluates the program. Registering imports neither tracr nor jax; building does.
 
 The plug-in ``tracr`` (entry point ``exactlens.interop.tracr.library:register``) registers the
-library programs of :data:`LIBRARY`; a user registers a program with :func:`register_program`.
+library programs (:func:`_library`) and the catalogue's (:mod:`.catalogue`); a user registers a
+program with :func:`register_program`.
 """
 
 from __future__ import annotations
@@ -157,11 +158,14 @@ def _library() -> list[dict[str, Any]]:
 
 
 def register() -> None:
-    """The plug-in ``tracr``: registers tracr's library programs where tracr is installed (found
-    without importing it, or jax). Without tracr nothing is registered, so that listing and every
-    other command work as before; the interop functions then raise the install hint."""
+    """The plug-in ``tracr``: registers tracr's library programs and the catalogue's
+    (:mod:`.catalogue`) where tracr is installed (found without importing it, or jax). Without tracr
+    nothing is registered, so that listing and every other command work as before; the interop
+    functions then raise the install hint."""
+    from exactlens.interop.tracr.catalogue import catalogue
+
     if importlib.util.find_spec("tracr") is None:
         return
-    for entry in _library():
+    for entry in _library() + catalogue():
         if entry["name"] not in PROGRAMS:
             register_program(**entry, kind="regression" if entry["name"] in NUMERICAL else "prediction")

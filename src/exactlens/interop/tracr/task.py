@@ -4,7 +4,9 @@ Words are sequences of the program's input tokens (named by str(), in tracr's to
 tokenizer puts tracr's BOS token first, as the compiled model expects. The target at each symbol
 position is the program's output there, from the program's own RASP evaluation: a class (the
 output's value set, kind "prediction") for a categorical program, the value (kind "regression")
-for a numerical one. ``target(word)`` uses tracr's evaluator, ``targets(ids)`` this package's
+for a numerical one; where the program's output is None (undefined), wherever that is, the position
+has no target (``UNDEFINED`` or NaN in ``targets``, left out by ``target_mask`` given the targets).
+``target(word)`` uses tracr's evaluator, ``targets(ids)`` this package's
 (:mod:`.evaluate`); tests check they agree.
 
 The causal variables are the program's SOps other than tokens and indices, named by their labels
@@ -25,7 +27,7 @@ from exactlens.interop.tracr import deps
 from exactlens.interop.tracr.compile import check_max_seq_len
 from exactlens.interop.tracr.evaluate import Evaluation
 from exactlens.interop.tracr.program import is_primitive, sops
-from exactlens.tasks.base import Task
+from exactlens.tasks.base import UNDEFINED, Task
 from exactlens.tasks.variables import CausalVariable
 
 SAMPLE_ROUNDS = 200  # rejection sampling of a program's domain: rounds before giving up
@@ -143,20 +145,24 @@ class TracrTask(Task):
 
     # ---- targets ---------------------------------------------------------------------------
 
-    def _encode_outputs(self, outputs: list[Any], where: str) -> list[Any]:
-        """Program outputs at each position -> targets (None before first_target)."""
+    def _encode_outputs(self, outputs: list[Any], where: str, intervened: bool = False) -> list[Any]:
+        """Program outputs at each position -> targets (None where the output is undefined, RASP's
+        None, wherever it is, and before first_target: no target there). Under an intervention, a value
+        outside the output space (an aggregate averaging different classes, e.g. max_element with its
+        counts set) is no class either: undefined."""
         encoded: list[Any] = []
         if self.kind == "prediction":
             index = {v: i for i, v in enumerate(self.output_values)}
         for position, value in enumerate(outputs):
-            if position < self.first_target:
+            outside = value is not None and self.kind == "prediction" and value not in index
+            if position < self.first_target or value is None or (outside and intervened):
                 encoded.append(None)
                 continue
-            if value is None or (self.kind == "prediction" and value not in index):
+            if outside:
                 raise ExactLensError(
-                    f"{self.name}: the program's output at position {position} of {where} is {value!r}, "
-                    + ("not a value of its output space" if value is not None else "undefined")
-                    + (f"; the program is defined on {self.domain_doc}" if self.domain_doc else ""))
+                    f"{self.name}: the program's output at position {position} of {where} is {value!r}, not a "
+                    "value of its output space" + (f"; the program is defined on {self.domain_doc}"
+                                                    if self.domain_doc else ""))
             encoded.append(index[value] if self.kind == "prediction" else float(value))
         return encoded
 
@@ -174,20 +180,21 @@ class TracrTask(Task):
         if not self.in_domain(values):
             raise ExactLensError(f"{self.name}: the word {values} is outside the program's domain ({self.domain_doc})")
         where = repr(values) + (f" with {sorted(overrides)} set" if overrides else "")
-        encoded = self._encode_outputs(Evaluation(values, overrides)(self.program), where)
+        encoded = self._encode_outputs(Evaluation(values, overrides)(self.program), where, bool(overrides))
         if overrides is None and len(self._targets_cache) < TARGET_CACHE_LIMIT:
             self._targets_cache[row] = encoded
         return encoded
 
     def _as_tensor(self, rows: list[list[Any]], length: int) -> torch.Tensor:
         dtype = torch.long if self.kind == "prediction" else torch.float64
-        fill = 0 if self.kind == "prediction" else 0.0
+        fill = UNDEFINED if self.kind == "prediction" else math.nan
         data = [[fill if v is None else v for v in row] for row in rows]
         return torch.tensor(data, dtype=dtype).reshape(len(rows), length)
 
     def targets(self, symbol_ids: torch.Tensor) -> torch.Tensor:
-        """Targets [B, L] by this package's evaluator (class indices, or float64 values); positions
-        before first_target hold 0 (``target_mask`` leaves them out)."""
+        """Targets [B, L] by this package's evaluator (class indices, or float64 values); where the
+        output is undefined they hold UNDEFINED (classes) or NaN (values), which ``target_mask`` given
+        the targets leaves out, wherever they are."""
         rows = [tuple(int(i) for i in row) for row in symbol_ids]
         if rows:
             self.check_length(len(rows[0]))

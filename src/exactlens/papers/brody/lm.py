@@ -118,7 +118,8 @@ class CharTask(Task):
         out[:, :-1] = symbol_ids[:, 1:]
         return out
 
-    def target_mask(self, lengths: torch.Tensor, width: int) -> torch.Tensor:
+    def target_mask(self, lengths: torch.Tensor, width: int, truth: torch.Tensor | None = None) -> torch.Tensor:
+        """Every position but the last (whose next character is not in the window); ``truth`` is always defined."""
         return torch.arange(width).unsqueeze(0) < (lengths - 1).unsqueeze(1)
 
     def _windows(self, ids: torch.Tensor, length: int, count: int, generator: torch.Generator) -> torch.Tensor:

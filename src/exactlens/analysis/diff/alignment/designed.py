@@ -77,7 +77,7 @@ def changed_units(task: tasks.Task, cf: torch.Tensor, base: torch.Tensor, n_posi
     if task.kind == "membership":
         return (cf.double() != base.double()).long()
     width = cf.shape[1]
-    valid = task.target_mask(n_positions - task.n_specials, width)
+    valid = task.target_mask(n_positions - task.n_specials, width, cf)  # cf's undefined answers are no units
     if task.kind == "prediction":
         valid = valid & (cf.long() != TIED)
         changed = cf.long() != base[:, :width].long()

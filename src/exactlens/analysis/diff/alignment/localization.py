@@ -57,7 +57,7 @@ def source_determined(task: tasks.Task, train: list[PairSet], i: int) -> float:
         if task.kind in ("membership", "classification"):
             same.append((cf.long() == own.long())[cf.long() != TIED].reshape(-1))
         else:
-            valid = task.target_mask(pset.run.n_positions[pset.base] - task.n_specials, cf.shape[1])
+            valid = task.target_mask(pset.run.n_positions[pset.base] - task.n_specials, cf.shape[1], cf)
             valid = valid & (cf.long() != TIED) if task.kind == "prediction" else valid
             same.append((cf.double() == own.double())[valid])
     joined = torch.cat(same) if same else torch.zeros(0, dtype=torch.bool)

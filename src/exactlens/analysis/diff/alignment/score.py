@@ -29,7 +29,7 @@ def units(task: tasks.Task, decisions: torch.Tensor, cf: torch.Tensor, base: tor
     if task.kind == "membership":
         return decisions == cf.to(decisions.dtype), cf.to(decisions.dtype) != base.to(decisions.dtype)
     width = cf.shape[1]
-    valid = task.target_mask(n_positions - task.n_specials, width)
+    valid = task.target_mask(n_positions - task.n_specials, width, cf)  # cf's undefined answers are no units
     if task.kind == "prediction":
         valid = valid & (cf.long() != TIED)
     decisions, base = decisions[:, :width], base[:, :width]

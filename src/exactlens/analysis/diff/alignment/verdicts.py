@@ -110,7 +110,7 @@ def solves_task(task: Any, runs: Sequence[Any], side: Any, units: Any) -> dict[s
         right.append(r.reshape(-1))
         truth = run.truth
         if truth.ndim > 1:
-            truth = truth[task.target_mask(run.n_positions - task.n_specials, truth.shape[1])]
+            truth = truth[task.target_mask(run.n_positions - task.n_specials, truth.shape[1], truth)]
         answers.append(truth.reshape(-1).double())
     if not right:
         return {"accuracy": None, "chance": None, "threshold": None, "solves": True, "units": 0}
