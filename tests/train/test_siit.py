@@ -161,3 +161,12 @@ def test_cli_siit_map_error_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "unknown hook 'blocks.9.hook_attn_out'" in err[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_regression_and_lbfgs_are_refused():
+    from exactlens.train import train
+
+    with pytest.raises(ExactLensError, match="regression task"):
+        train("sm-solution1", siit=True, epochs=1)
+    with pytest.raises(ExactLensError, match="use optimizer 'adam'"):
+        train("first", optimizer="lbfgs", **{**FIRST_SIIT, "epochs": 1})

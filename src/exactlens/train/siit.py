@@ -296,6 +296,13 @@ class SIITLoss:
 def with_siit(spec: Any) -> Any:
     """The spec with SIIT's losses added to its preset's penalty and the mapping recorded in its config's
     metadata (so the checkpoint carries it)."""
+    if spec.task.kind == "regression":
+        raise ExactLensError(f"siit: {spec.name!r} is a regression task, whose counterfactuals have no discrete answer "
+                             "to train and score interchange accuracy on; SIIT takes membership, classification and "
+                             "prediction tasks")
+    if spec.options["optimizer"] != "adam":
+        raise ExactLensError("siit draws fresh pairs at every step, which LBFGS's line search cannot take; use "
+                             "optimizer 'adam'")
     circuit = high_level(spec, spec.options["siit_map"])
     loss = SIITLoss(spec, circuit, spec.preset.penalty)
     preset = dataclasses.replace(spec.preset, penalty=loss)
