@@ -110,6 +110,10 @@ def high_level(spec: Any, user_map: Any = None) -> Circuit:
     has_mlp = cfg.d_mlp > 0
     dims = {v.name: len(v.detail.get("members", [v.name])) for v in variables}
     sites = {v.name: v.detail["exact_site"] for v in variables}
+    if user_map is None and cfg.n_layers != model.cfg.n_layers:
+        raise ExactLensError(f"siit: the trained model has {cfg.n_layers} layers, the construction {name!r} "
+                             f"{model.cfg.n_layers}; the mapping is derived for the construction's layers: give "
+                             "siit_map")
     if user_map is None:
         mapping = derive_map([(v.name, sites[v.name], v.detail["exact_positions"], dims[v.name]) for v in variables],
                              cfg.d_model, has_mlp)
