@@ -31,7 +31,7 @@ def test_first_siit_holds_its_mapping(first_run):
     siit = first_run.info["siit"]
     assert {v: s["hook"] for v, s in siit["mapping"].items()} == MAPPED
     measured = siit["measured"]
-    assert measured["held_out_pairs"] >= 500
+    assert measured["held_out_pairs"] >= 500 and measured["word_disjoint"] is True
     for name, iia in measured["interchange"].items():
         assert iia["changed_pairs"] >= 100, name
         assert iia["iia"] >= 0.95 and iia["iia_changed"] >= 0.95, (name, iia)

@@ -73,6 +73,7 @@ class Circuit:
     test_pairs: list[Any]
     components: list[str]  # every component output of the trained model
     skipped: list[dict[str, Any]]
+    held_out: bool = True  # the test pairs share no word with the training pairs (too few words: False)
 
 
 def high_level(spec: Any, user_map: Any = None) -> Circuit:
@@ -121,9 +122,10 @@ def high_level(spec: Any, user_map: Any = None) -> Circuit:
         mapping = read_map(user_map)
     mapping = check_map(mapping, dims, cfg.n_layers, has_mlp, cfg.d_model, sites)
     mapped = [v for v in variables if v.name in mapping]
-    train, _, test = make_pairs(runs, mapped, PAIRS_PER_LENGTH, PAIR_SEED)
+    notes: dict[str, Any] = {}
+    train, _, test = make_pairs(runs, mapped, PAIRS_PER_LENGTH, PAIR_SEED, notes)
     return Circuit(name, params, task, exact, mapped, mapping, train, test or train,
-                   component_hooks(cfg.n_layers, has_mlp), skipped)
+                   component_hooks(cfg.n_layers, has_mlp), skipped, held_out=bool(test) and notes["word_disjoint"])
 
 
 def ground_truth(circuit: Circuit) -> dict[str, Any]:
@@ -288,8 +290,10 @@ class SIITLoss:
         # strictness: a random set of the unmapped parts resampled; the answer stays the base word's
         if opts["siit_strict_weight"]:
             masks = unmapped_masks(circuit, self.forward.model, n_base.cpu(), width, d_model)
-            chosen = [h for h in masks if self.rng.random() < STRICT_P] or [list(masks)[self.rng.integers(len(masks))]]
-            hooks = [(h, _resample(masks[h].to(device))) for h in chosen] if masks else []
+            chosen = [h for h in masks if self.rng.random() < STRICT_P]
+            if masks and not chosen:
+                chosen = [list(masks)[int(self.rng.integers(len(masks)))]]
+            hooks = [(h, _resample(masks[h].to(device))) for h in chosen]
             if hooks:
                 out = self.forward(params, batch.tokens, batch.n_positions, hooks)
                 truth = pairs.run.truth[pairs.base[rows]].to(device)
@@ -363,7 +367,8 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
     iia = {name: {"iia": c[0] / c[1] if c[1] else None, "iia_changed": c[2] / c[3] if c[3] else None,
                   "pairs": c[1], "changed_pairs": c[3]} for name, c in right.items()}
     strict = {hook: c[0] / c[1] for hook, c in changed.items()}
-    return {"held_out_pairs": sum(len(p.base) for p in circuit.test_pairs), "interchange": iia,
+    return {"held_out_pairs": sum(len(p.base) for p in circuit.test_pairs), "word_disjoint": circuit.held_out,
+            "interchange": iia,
             "resample_decision_change": strict,
             "max_resample_decision_change": max(strict.values(), default=None)}
 
