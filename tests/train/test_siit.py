@@ -186,3 +186,16 @@ def test_regression_and_lbfgs_are_refused():
         train("sm-solution1", siit=True, epochs=1)
     with pytest.raises(ExactLensError, match="use optimizer 'adam'"):
         train("first", optimizer="lbfgs", **{**FIRST_SIIT, "epochs": 1})
+
+
+def test_stacked_seeds_train_as_their_single_runs():
+    """--seeds with --siit: the runs are computed together (the hooks mapped over the run axis) and run 0
+    trains as its single run (the same pairs per step; summation order aside)."""
+    from exactlens.train import train, train_many
+
+    short = {**FIRST_SIIT, "epochs": 20, "eval_every": 20}
+    runs = train_many("first", [0, 1], **short)
+    one = train("first", seed=0, **short)
+    assert all(r.info["siit"]["mapping"] == one.info["siit"]["mapping"] for r in runs)
+    assert runs[0].history[-1]["train_loss_bits"] == pytest.approx(one.history[-1]["train_loss_bits"], rel=1e-3)
+    assert runs[1].history[-1]["train_loss_bits"] != pytest.approx(one.history[-1]["train_loss_bits"], rel=1e-3)
