@@ -16,7 +16,10 @@ training loop (exactlens.train.loop), on a batch of (base, source) pairs of word
 * strictness loss (weight ``siit_strict_weight``): every unmapped component output (a whole
   ``hook_attn_out``/``hook_mlp_out``, or the part of a mapped one outside its variables' subspaces and
   positions) is resample-ablated with probability 1/2 (at least one per step) and the output is trained
-  to stay the base word's task answer.
+  to stay the base word's task answer. A component of the exact circuit (exactlens.analysis.circuit.truth)
+  to which no variable is mapped is left alone: it computes something the circuit needs whose label
+  settles later (tracr's selector-width attention, finished by its MLP), so resampling it would forbid
+  the task; run.json lists such components (``in_circuit_unmapped``).
 
 The task loss is the loop's own (weight 1, the reference of the two weights). Source activations come
 from the same forward pass (base and source words stacked in one batch), detached, so a step costs two
@@ -74,6 +77,9 @@ class Circuit:
     components: list[str]  # every component output of the trained model
     skipped: list[dict[str, Any]]
     held_out: bool = True  # the test pairs share no word with the training pairs (too few words: False)
+    edges: dict[str, Any] = dataclasses.field(default_factory=dict)  # the exact circuit (exactlens circuit)
+    # components of the exact circuit to which no variable is mapped: neither trained by IIT nor resampled
+    kept: list[str] = dataclasses.field(default_factory=list)
 
 
 def high_level(spec: Any, user_map: Any = None) -> Circuit:
@@ -124,27 +130,41 @@ def high_level(spec: Any, user_map: Any = None) -> Circuit:
     mapped = [v for v in variables if v.name in mapping]
     notes: dict[str, Any] = {}
     train, _, test = make_pairs(runs, mapped, PAIRS_PER_LENGTH, PAIR_SEED, notes)
-    return Circuit(name, params, task, exact, mapped, mapping, train, test or train,
-                   component_hooks(cfg.n_layers, has_mlp), skipped, held_out=bool(test) and notes["word_disjoint"])
+    edges = _exact_circuit(model)
+    components = component_hooks(cfg.n_layers, has_mlp)
+    hooks = {site["hook"] for site in mapping.values()}
+    kept = [c for c in components if c not in hooks and _node_of(c, edges.get("circuit_nodes", []))]
+    return Circuit(name, params, task, exact, mapped, mapping, train, test or train, components, skipped,
+                   held_out=bool(test) and notes["word_disjoint"], edges=edges, kept=kept)
+
+
+def _exact_circuit(model: Any) -> dict[str, Any]:
+    """The construction's ground-truth circuit at head granularity, as ``exactlens circuit --out`` writes it."""
+    from exactlens.analysis.circuit.truth import derive_circuit
+
+    try:
+        return derive_circuit(model, "head").to_dict()
+    except ExactLensError as err:  # a model the circuit reader does not take: say so, keep the sites
+        return {"error": str(err)}
+
+
+def _node_of(hook: str, nodes: list[str]) -> bool:
+    """Whether component output ``hook`` (blocks.L.hook_attn_out / hook_mlp_out) is a node of the circuit
+    (its nodes: L{l}.H{h}, L{l}.MLP)."""
+    layer, _, component = hook.removeprefix("blocks.").partition(".")
+    prefix = f"L{layer}.H" if component == "hook_attn_out" else f"L{layer}.MLP"
+    return any(n == prefix or (n.startswith(prefix) and prefix.endswith(".H")) for n in nodes)
 
 
 def ground_truth(circuit: Circuit) -> dict[str, Any]:
     """What the run records (run.json ``siit``; the checkpoint's config metadata): the construction, the
-    variable sites and the exact circuit's edges (exactlens circuit's format; node names are the trained
-    model's too, since it has the construction's layers and heads)."""
-    from exactlens.analysis.circuit.truth import derive_circuit
-
-    try:
-        edges: Any = derive_circuit(circuit.exact.model, "head").to_dict()
-    except ExactLensError as err:  # a model the circuit reader does not take: say so, keep the sites
-        edges = {"error": str(err)}
+    variable sites and the exact circuit's edges (node names are the trained model's too, since it has the
+    construction's layers and heads), the components strictness resamples and those it leaves alone."""
+    hooks = {site["hook"] for site in circuit.mapping.values()}
     return {"construction": circuit.construction, "construction_params": circuit.params,
-            "mapping": circuit.mapping, "circuit": edges,
-            "unmapped_components": [c for c in circuit.components if c not in _mapped_hooks(circuit)]}
-
-
-def _mapped_hooks(circuit: Circuit) -> set[str]:
-    return {site["hook"] for site in circuit.mapping.values()}
+            "mapping": circuit.mapping, "circuit": circuit.edges,
+            "unmapped_components": [c for c in circuit.components if c not in hooks and c not in circuit.kept],
+            "in_circuit_unmapped": circuit.kept}
 
 
 # ---- the trained model's forward with interventions -------------------------------------------------------
@@ -208,9 +228,12 @@ def site_mask(model: Any, site: dict[str, Any], n_positions: torch.Tensor, width
 def unmapped_masks(circuit: Circuit, model: Any, n_positions: torch.Tensor, width: int, d_model: int
                    ) -> dict[str, torch.Tensor]:
     """Per component output, the part no variable is mapped to (the whole output where none is); components
-    wholly mapped are left out."""
+    wholly mapped, and those of the exact circuit that no variable is mapped to (``Circuit.kept``), are left
+    out."""
     out = {}
     for hook in circuit.components:
+        if hook in circuit.kept:
+            continue
         mapped = torch.zeros(len(n_positions), width, d_model, dtype=torch.bool)
         for site in circuit.mapping.values():
             if site["hook"] == hook:
