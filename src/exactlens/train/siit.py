@@ -19,7 +19,9 @@ training loop (exactlens.train.loop), on a batch of (base, source) pairs of word
   to stay the base word's task answer. A component of the exact circuit (exactlens.analysis.circuit.truth)
   to which no variable is mapped is left alone: it computes something the circuit needs whose label
   settles later (tracr's selector-width attention, finished by its MLP), so resampling it would forbid
-  the task; run.json lists such components (``in_circuit_unmapped``).
+  the task; run.json lists such components (``in_circuit_unmapped``). So is the last layer's FFN where
+  the construction reads its outputs with its own decision rule (Dyck's "b = 0 and E = 0"): the trained
+  model's standard linear readout has no such rule, and that FFN is where it can compute it.
 
 The task loss is the loop's own (weight 1, the reference of the two weights). Source activations come
 from the same forward pass (base and source words stacked in one batch), detached, so a step costs two
@@ -134,6 +136,9 @@ def high_level(spec: Any, user_map: Any = None) -> Circuit:
     components = component_hooks(cfg.n_layers, has_mlp)
     hooks = {site["hook"] for site in mapping.values()}
     kept = [c for c in components if c not in hooks and _node_of(c, edges.get("circuit_nodes", []))]
+    last_mlp = f"blocks.{cfg.n_layers - 1}.hook_mlp_out"
+    if model.cfg.decision_rule and has_mlp and last_mlp not in hooks and last_mlp not in kept:
+        kept.append(last_mlp)  # it computes the construction's decision rule (module docstring)
     return Circuit(name, params, task, exact, mapped, mapping, train, test or train, components, skipped,
                    held_out=bool(test) and notes["word_disjoint"], edges=edges, kept=kept)
 
