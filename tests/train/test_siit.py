@@ -39,6 +39,9 @@ def test_first_siit_holds_its_mapping(first_run):
                                                          "blocks.1.hook_attn_out", "blocks.1.hook_mlp_out"}
     assert measured["max_resample_decision_change"] <= 0.05
     assert first_run.final["test_accuracy"] >= 0.95
+    from exactlens.verbs.train import train_text
+
+    assert "; SIIT held-out: interchange accuracy >= " in train_text(first_run.info)
 
 
 def test_a_model_trained_without_siit_is_the_contrast():
