@@ -424,6 +424,10 @@ def fit(
                 "steps": [c.step for c in run.checkpoints], "directory": CHECKPOINT_DIR if out is not None else None,
                 "bytes_each": keeper.bytes_each},
         }
+        if opts["siit"]:  # the mapping, the circuit and the held-out measurements (exactlens.train.siit)
+            from exactlens.train.siit import record
+
+            run.info["siit"] = record(spec, model)
         if out is not None:
             model.check_finite()
             model.write_checkpoint(out)

@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass
 from typing import Any
 
 from exactlens.errors import ExactLensError
-from exactlens.requests import Bool, Choice, DType, Float, Int, Kind, option
+from exactlens.requests import Any_, Bool, Choice, DType, Float, Int, Kind, option
 from exactlens.train.checkpoints import Schedule
 
 __all__ = [
@@ -119,6 +119,17 @@ class TrainOptions:
     checkpoints: str | None = option(None, kind=Schedule(), metavar="SCHEDULE", help="which steps to keep: 'log:N' "
                                      "(N steps evenly spaced in log step), 'every:K' or a comma list of steps; step 0 "
                                      "and the last always kept")
+    siit: bool = option(False, kind=Bool(), help="strict interchange intervention training against the exact "
+                        "construction the model is shaped like (docs/siit.md): IIT and strictness losses on top of the "
+                        "task loss; run.json records the mapping and the held-out measurements")
+    siit_map: Any = option(None, kind=Any_(), metavar="FILE", help="with --siit: a JSON file (Python: also a dict) "
+                           "variable -> {\"hook\": blocks.L.hook_attn_out|hook_mlp_out, \"positions\": all|readout, "
+                           "\"dims\": [...]}, replacing the mapping derived from the exact circuit")
+    siit_iit_weight: float = option(1.0, kind=Float(0), help="with --siit: weight of the IIT loss (the task loss has "
+                                    "weight 1)")
+    siit_strict_weight: float = option(1.0, kind=Float(0), help="with --siit: weight of the strictness loss "
+                                       "(resampled unmapped components must keep the base answer)")
+    siit_pairs: int = option(64, kind=Int(1), help="with --siit: (base, source) pairs per step for each SIIT loss")
     scaled: bool = _declared(False, kind=Bool(), help="attention scores times log n in every layer (the "
                              "length-dependent scaling of Chiang & Cholak eq. 2)")
     layer_norm: str = _declared("full", kind=OneOf(LAYER_NORM_CHOICES), help="'full' (layer norm where the preset "

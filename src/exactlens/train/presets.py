@@ -110,7 +110,14 @@ class Preset:
         config.metadata.setdefault("preset", self.name)
         config.metadata.setdefault("paper", self.paper)
         config.task = task.spec()
-        return TrainSpec(self, task, config, opts)
+        spec = TrainSpec(self, task, config, opts)
+        if opts["siit"]:  # SIIT's losses join the preset's penalty (exactlens.train.siit)
+            from exactlens.train.siit import with_siit
+
+            spec = with_siit(spec)
+        elif opts["siit_map"] is not None:
+            raise ExactLensError("siit_map applies with siit (--siit)")
+        return spec
 
 
 @dataclass(frozen=True)

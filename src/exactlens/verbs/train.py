@@ -116,8 +116,21 @@ def _final_text(final: dict[str, Any]) -> str:
 def _run_line(info: dict[str, Any], steps: bool) -> str:
     where = getattr(info, "checkpoint", None)
     took = f"{info['steps']} steps in {info['wall_s']:.1f} s; " if steps else ""
-    return (f"{info['task']} seed {info['seed']}: {took}{_final_text(info['final'])}"
+    return (f"{info['task']} seed {info['seed']}: {took}{_final_text(info['final'])}{_siit_text(info)}"
             + (f"; checkpoint {where}" if where is not None else ""))
+
+
+def _siit_text(info: dict[str, Any]) -> str:
+    """A SIIT run's held-out numbers (exactlens.train.siit): the lowest interchange accuracy of its mapped
+    variables and the largest decision change when an unmapped component is resampled."""
+    measured = (info.get("siit") or {}).get("measured")
+    if not measured:
+        return ""
+    iias = [v["iia"] for v in measured["interchange"].values() if v["iia"] is not None]
+    lowest = f"{min(iias):.3f}" if iias else "n/a"
+    change = measured["max_resample_decision_change"]
+    return (f"; SIIT held-out: interchange accuracy >= {lowest} over {len(measured['interchange'])} mapped "
+            f"variable(s), largest resample change {'n/a' if change is None else format(change, '.3f')}")
 
 
 def train_text(data: dict[str, Any]) -> str:

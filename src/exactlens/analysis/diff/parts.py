@@ -146,6 +146,7 @@ def _alignment(ctx: Any, request: Any) -> Done:
     from exactlens import tasks
     from exactlens.analysis.diff.alignment import Settings, alignment_table, untrained_copy
     from exactlens.analysis.diff.runs import make_side
+    from exactlens.analysis.diff.siit_sites import with_mapped_sites
 
     settings = Settings(max_dim=request.das_max_dim, steps=request.das_steps, pairs=request.alignment_pairs,
                         seed=request.seed, untrained=request.untrained_baseline,
@@ -164,6 +165,7 @@ def _alignment(ctx: Any, request: Any) -> Done:
     rows = table.pop("rows")
     ctx.say("diff: alignment done")
     summary = {key: table.get(key, {} if key == "verdicts" else None) for key in ALIGNMENT_SUMMARY}
+    with_mapped_sites(summary["verdicts"], ctx.model)  # a SIIT checkpoint: its variables' known sites
     return Done({"alignment": rows, "alignment_details": table}, summary)
 
 
