@@ -119,6 +119,8 @@ class Prepared:
     notes: dict[str, Any]
     determined: list[float]
     pools: list[dict[str, Any] | None]
+    design: str  # "designed" or "random"
+    token_functions: frozenset  # (origin, name) of the variables the token at their position determines
 
 
 def _prepare(runs: list[LengthRun], trained: Side, exact: Side, features: list[dict[str, Any]] | None,
@@ -161,8 +163,10 @@ def _prepare(runs: list[LengthRun], trained: Side, exact: Side, features: list[d
     keep = [i for i, reason in enumerate(reasons) if reason is None]
     untestable = [(variables[i], reasons[i], pools[i]) for i in range(len(variables)) if reasons[i] is not None]
     splits = tuple([_only(pset, keep) for pset in split] for split in splits)  # type: ignore[assignment]
-    return Prepared([variables[i] for i in keep], skipped, untestable, splits, notes,  # type: ignore[arg-type]
-                    [determined[i] for i in keep], [pools[i] for i in keep])
+    kept = [variables[i] for i in keep]
+    return Prepared(kept, skipped, untestable, splits, notes, [determined[i] for i in keep],  # type: ignore[arg-type]
+                    [pools[i] for i in keep], settings.design,
+                    frozenset((v.origin, v.name) for v in kept if token_function(v, runs)))
 
 
 def _only(pset: PairSet, keep: list[int]) -> PairSet:
@@ -262,8 +266,7 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
     return {"rows": rows, "skipped": skipped, "sites": sites, "variables": _describe(variables, determined),
             "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
             "verdicts": _with_searches(verdicts.variable_verdicts(
-                rows, sites, readout, token_functions=frozenset(
-                    (v.origin, v.name) for v in variables if token_function(v, runs))), prepared, variables),
+                rows, sites, readout, token_functions=prepared.token_functions), prepared, variables),
             "pairs": settings.design, **summarize(rows, variables, sites)}
 
 
@@ -272,8 +275,7 @@ def _with_searches(lines: dict[str, dict[str, Any]], prepared: Prepared, variabl
     """The verdict lines with each variable's pair design and search (``pairs``, ``pool``, ``effective_share``,
     ``untestable_reason``), and a line "untestable" for each variable no pair can test."""
     names = [(v.origin, v.name) for v in variables] + [(v.origin, v.name) for v, _, _ in prepared.untestable]
-    design = "random" if all(p is None for p in prepared.pools) and all(
-        p is None for _, _, p in prepared.untestable) else "designed"
+    design = prepared.design
 
     def key(origin: str, name: str) -> str:
         return name if origin == "task" or ("task", name) not in names else f"exact:{name}"
