@@ -456,7 +456,9 @@ def test_planted_illusion_is_flagged_in_the_diff(pairs: str) -> None:
     assert len(early) >= 3, [(r["variable"], r["site"], r["iia_changed"]) for r in result["alignment"]]
     assert all(r["verdict"] == "illusion suspected" for r in early), early
     for v in result["summary"]["verdicts"].values():
-        assert not (v["site"] or "").startswith("blocks.0.") or v["position"] == "all", v
+        # every position, or a position-resolved variable's own position 1 (the first FFN writes w_1 there)
+        assert not (v["site"] or "").startswith("blocks.0.") or v["position"] == "all" or \
+            (v["position"] == "at" and v["position_index"] == 1), v
     plain = diff("first", "first", **kwargs)
     assert not [r for r in plain["alignment"] if r["site"].startswith("blocks.0.") and r["position"] == "readout"
                 and (r["iia_changed"] or 0) >= 0.9]

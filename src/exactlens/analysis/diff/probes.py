@@ -207,6 +207,43 @@ def reference_site(held: dict[str, np.ndarray], sites: list[str]) -> str:
     return sites[-1]
 
 
+def component_reads(exact_model: Any, site: str) -> np.ndarray | None:
+    """[d] per residual dimension, whether the component that writes ``site`` reads it (the attention of
+    the layer for ``hook_resid_mid``: W_Q, W_K, W_V; its FFN for ``hook_resid_post``: W_in); None for
+    another site or a layer without that component."""
+    parts = site.split(".")
+    if len(parts) != 3 or not parts[1].isdigit() or not hasattr(exact_model, "blocks"):
+        return None
+    block = exact_model.blocks[int(parts[1])]
+    if parts[2] == "hook_resid_mid":
+        a = block.attn
+        return ((a.W_Q.detach().double().abs().sum((0, 2)) + a.W_K.detach().double().abs().sum((0, 2))
+                 + a.W_V.detach().double().abs().sum((0, 2))) > 0).cpu().numpy()
+    if parts[2] == "hook_resid_post" and block.mlp is not None:
+        return (block.mlp.W_in.detach().double().abs().sum(1) > 0).cpu().numpy()
+    return None
+
+
+def before_overwrite(held: dict[str, np.ndarray], sites: list[str], reference: str, reads: list[np.ndarray | None],
+                     index: int) -> str:
+    """The site whose value of a label counts when a component reads the label and then changes it (tracr's
+    selector width: the FFN reads ``hist_2_selector_width_attn_output`` and clears it at BOS, so the value it
+    read exists only at ``hook_resid_mid``): the site before the first such component, where the label is not
+    zero; else ``reference``. ``held``: the label's values per site on one scale; ``reads[j]``: which
+    dimensions the component writing ``sites[j]`` reads (:func:`component_reads`)."""
+    scale = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in held.values()), default=0.0)
+    tolerance = SETTLE_TOLERANCE * (1 + scale)
+    for j in range(1, sites.index(reference) + 1):
+        before, after, read = held[sites[j - 1]], held[sites[j]], reads[j]
+        if read is None or not read[index]:
+            continue
+        finite = np.isfinite(before) & np.isfinite(after)
+        if np.abs(before[finite]).max(initial=0.0) > tolerance and \
+                np.abs(after[finite] - before[finite]).max(initial=0.0) > tolerance:
+            return sites[j - 1]
+    return reference
+
+
 def earliest_best(r2: dict[str, float | None], order: list[str]) -> tuple[str | None, float | None]:
     scored = {k: v for k, v in r2.items() if v is not None}
     if not scored:
@@ -243,6 +280,7 @@ def probe_table(
     # scales of the norms still to come, is its final value
     with np.errstate(divide="ignore", invalid="ignore"):
         rescale = {site: later_scale(runs, exact, site) for site in exact.sites}
+    reads = [component_reads(exact.model, site) for site in exact.sites]
     features, maps = [], {}
     designs: dict[tuple[str, str], dict[str, RidgeDesign]] = {}  # (site, positions): the same x for every label
     for i, label in enumerate(labels):
@@ -253,6 +291,12 @@ def probe_table(
                                         for site in exact.sites}, exact.sites)
             # the values as the reference site holds them (scaled by the norms between a site and it only)
             held = {site: v * rescale[reference][mask] for site, v in held.items()}
+            # a component that reads the label and then changes it: the value it read is the label's
+            read_at = before_overwrite({site: np.where(degenerate[site][mask], np.nan, v) for site, v in held.items()},
+                                       exact.sites, reference, reads, i)
+            if read_at != reference:
+                held = {site: v / rescale[reference][mask] * rescale[read_at][mask] for site, v in held.items()}
+                reference = read_at
         y = exact_pooled[reference][mask, i]
         tolerance = SETTLE_TOLERANCE * (1 + (np.abs(y).max() if y.size else 0.0))
         settled = next(site for site in exact.sites[:exact.sites.index(reference) + 1]

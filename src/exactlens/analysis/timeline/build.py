@@ -198,8 +198,8 @@ def _long_accuracy(ctx: Context, long_words: list[dict[str, Any]]) -> tuple[floa
     return right / total, ("; ".join(f"length {w['length']} left out: {w['reason']}" for w in skipped) or None)
 
 
-ALIGNMENT_FIELDS = ("variable", "origin", "site", "position", "test", "dim", "iia_changed", "iia_ci", "changed_pairs",
-                    "random_iia_p95", "verdict", "init", "fit_steps")
+ALIGNMENT_FIELDS = ("variable", "origin", "site", "position", "position_index", "test", "dim", "iia_changed", "iia_ci",
+                    "changed_pairs", "random_iia_p95", "verdict", "init", "fit_steps")
 """What a row keeps of each DAS row (site x variable x positions): enough for an IIA map per checkpoint."""
 
 

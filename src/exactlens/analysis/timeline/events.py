@@ -60,7 +60,8 @@ def events(rows: list[dict[str, Any]], long_lengths: list[int] | None = None) ->
     for name in names:
         row = settled_from(rows, lambda r, name=name: computed(r, name))
         if row is not None:
-            variables[name] = {"step": row["step"], "site": row["verdicts"][name]["site"], "how": "computed"}
+            variables[name] = {"step": row["step"], "site": row["verdicts"][name]["site"], "how": "computed",
+                               "position_index": row["verdicts"][name].get("position_index")}
             continue
         # a variable that is the answer itself is dated where it reaches the readout with the answer
         row = settled_from(rows, lambda r, name=name: computed(r, name) or arrives(r, name))

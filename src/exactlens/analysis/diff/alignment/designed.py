@@ -211,6 +211,15 @@ def _deal(chosen: list[PairSet]) -> tuple[list[PairSet], list[PairSet], list[Pai
     return out
 
 
+def with_variables(pset: PairSet, variables: list[HighLevel], after: bool = True) -> PairSet:
+    """The pair set with the counterfactuals and base answers of ``variables`` added after (or before) its own."""
+    cf = [v.counterfactual(pset.run, pset.base, pset.source) for v in variables]
+    base = [v.base_answer(pset.run, pset.base) for v in variables]
+    if after:
+        return PairSet(pset.run, pset.base, pset.source, pset.cf + cf, pset.base_answers + base)
+    return PairSet(pset.run, pset.base, pset.source, cf + pset.cf, base + pset.base_answers)
+
+
 def constant_within_length(variable: HighLevel, runs: list[LengthRun]) -> bool:
     """True where the variable takes one value on every word of each length (at every position):
     no same-length interchange can change it (parity's 1/n, Dyck-1's 1/(i+1))."""

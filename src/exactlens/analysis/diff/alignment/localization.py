@@ -64,7 +64,7 @@ def source_determined(task: tasks.Task, train: list[PairSet], i: int) -> float:
     return float(joined.double().mean()) if joined.numel() else 0.0
 
 
-COMPONENT_SITES = ("hook_attn_out", "hook_mlp_out")
+COMPONENT_SITES = verdicts.COMPONENT_SITES
 
 
 def localizable(variable: HighLevel) -> bool:
@@ -72,7 +72,8 @@ def localizable(variable: HighLevel) -> bool:
     computes it at every position (or it is a task variable, which the circuit computes before it
     reaches the readout): patched at every position of a component's output. A label only the
     readout position holds (e.g. FIRST's s) is the answer itself there."""
-    return variable.origin == "task" or variable.detail.get("exact_positions") == "all"
+    return variable.position_index is None and (variable.origin == "task"
+                                                or variable.detail.get("exact_positions") == "all")
 
 
 def positions_of(variable: HighLevel, determined: float, per_position: bool) -> str:
@@ -80,7 +81,10 @@ def positions_of(variable: HighLevel, determined: float, per_position: bool) -> 
     themselves swaps the input, which realizes any variable that decides the answer alone: such
     (source-determined) and word-level variables are patched at the readout position, where the
     answer has to be gathered; position-level ones at every position (each from its own position
-    of the source). Per-position readouts have no single readout position: every position."""
+    of the source). Per-position readouts have no single readout position: every position. A position-resolved
+    variable at its own position p: "@p"."""
+    if variable.position_index is not None:
+        return f"@{variable.position_index}"
     if per_position:
         return "all"
     if variable.scope == "word" or determined >= DETERMINED:

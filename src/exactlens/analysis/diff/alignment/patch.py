@@ -141,11 +141,29 @@ def copies_per_pass(side: Side, batch: int, n_pos: int) -> int:
 
 
 def patch_masks(side: Side, run: LengthRun, fits: list[Fit]) -> torch.Tensor:
-    """[F, pos]: where each fit patches (every position, or the readout position)."""
+    """[F, pos]: where each fit patches (every position, the readout position, or position p for "@p"; none
+    where the run has no position p)."""
     n = run.tokens.shape[1]
     readout = torch.zeros(n)
     readout[side._row(run.n_positions[:1])] = 1
-    return torch.stack([torch.ones(n) if f.positions == "all" else readout for f in fits])
+
+    def mask(positions: str) -> torch.Tensor:
+        if positions == "all":
+            return torch.ones(n)
+        at = position_index(positions)
+        if at is None:
+            return readout
+        one = torch.zeros(n)
+        if at < n:
+            one[at] = 1
+        return one
+
+    return torch.stack([mask(f.positions) for f in fits])
+
+
+def position_index(positions: str) -> int | None:
+    """p of a fit's positions "@p" (a position-resolved variable's own position); None for "all" and "readout"."""
+    return int(positions[1:]) if positions.startswith("@") else None
 
 
 def span_projectors(weights: torch.Tensor, dims: torch.Tensor) -> torch.Tensor:
@@ -160,7 +178,7 @@ def span_projectors(weights: torch.Tensor, dims: torch.Tensor) -> torch.Tensor:
 class Fit:
     variable: int
     dim: int
-    positions: str  # "readout" or "all"
+    positions: str  # "readout", "all", or "@p": token position p alone (a position-resolved variable)
 
 
 def site_acts(patcher: Patcher, pset: PairSet, cache: dict) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

@@ -18,6 +18,7 @@ from exactlens.analysis.diff.alignment.designed import (
     pool_summary,
     token_function,
     untestable_reason,
+    with_variables,
 )
 from exactlens.analysis.diff.alignment.directions import known_directions
 from exactlens.analysis.diff.alignment.fit import (
@@ -39,9 +40,14 @@ from exactlens.analysis.diff.alignment.localization import (
     source_determined,
 )
 from exactlens.analysis.diff.alignment.pairs import SPLIT, PairSet, make_pairs
-from exactlens.analysis.diff.alignment.patch import Fit, alignment_sites
+from exactlens.analysis.diff.alignment.patch import Fit, alignment_sites, position_index
 from exactlens.analysis.diff.alignment.score import bases, random_scores, score_group, units
-from exactlens.analysis.diff.alignment.variables import HighLevel, exact_variables, task_variables
+from exactlens.analysis.diff.alignment.variables import (
+    HighLevel,
+    exact_variables,
+    position_variables,
+    task_variables,
+)
 from exactlens.analysis.diff.runs import LengthRun, Side
 from exactlens.devices import device_of
 from exactlens.errors import ExactLensError
@@ -146,27 +152,64 @@ def _prepare(runs: list[LengthRun], trained: Side, exact: Side, features: list[d
         skipped.append({"variable": None, "reason": f"the trained model's decision rule {rule.name!r} gives no "
                         "differentiable evidence to fit a subspace by"})
         variables = []
+    found = _search(task, runs, variables, settings)
+    if variables and task.readout != "per_position":
+        resolved = position_variables(exact, variables, found["determined"], DETERMINED, settings.positions, runs)
+        if resolved:
+            more = _search(task, runs, resolved, settings, found)
+            variables = variables + resolved
+            found = more
+    reasons = found["reasons"]
+    keep = [i for i, reason in enumerate(reasons) if reason is None]
+    untestable = [(variables[i], reasons[i], found["pools"][i]) for i in range(len(variables))
+                  if reasons[i] is not None]
+    splits = tuple([_only(pset, keep) for pset in split] for split in found["splits"])
+    kept = [variables[i] for i in keep]
+    return Prepared(kept, skipped, untestable, splits, found["notes"],  # type: ignore[arg-type]
+                    [found["determined"][i] for i in keep], [found["pools"][i] for i in keep], settings.design,
+                    frozenset((v.origin, v.name) for v in kept if token_function(v, runs)))
+
+
+def _search(task: tasks.Task, runs: list[LengthRun], variables: list[HighLevel], settings: Settings,
+            before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The pairs of ``variables`` (designed, :mod:`.designed`, or random, :mod:`.pairs`): the splits, their
+    notes, each variable's source_determined share, its search (designed pairs; None for random ones) and why
+    it is untestable (None: it is not). ``before``: the same for earlier variables, whose pairs (with these
+    variables' counterfactuals added) are kept and joined with these variables' own designed pairs."""
     if settings.design == "designed" and variables:
         design = design_pairs(task, runs, variables, settings.pairs, settings.seed)
-        splits, notes = design.splits, dict(design.notes)
         determined = [source_determined(task, design.sampled, i) for i in range(len(variables))]
         pools: list[dict[str, Any] | None] = [pool_summary(design, i) for i in range(len(variables))]
         reasons = [untestable_reason(v, [design.pools[k][i] for k in range(3)], runs)
                    for i, v in enumerate(variables)]
+        if before is not None:
+            splits = tuple([with_variables(p, variables) for p in before["splits"][k]]
+                           + [with_variables(p, before["variables"], after=False) for p in design.splits[k]]
+                           for k in range(3))
+        else:
+            splits = design.splits
+        notes = dict(before["notes"] if before is not None else design.notes)
+    elif before is not None:  # random pairs: the earlier variables' pairs, with these variables' counterfactuals
+        splits = tuple([with_variables(p, variables) for p in before["splits"][k]] for k in range(3))
+        notes = before["notes"]
+        determined = [source_determined(task, splits[0], len(before["variables"]) + i) for i in range(len(variables))]
+        pools, reasons = [None] * len(variables), [_constant(v, runs) for v in variables]
     else:
         notes = {}
         splits = make_pairs(runs, variables, settings.pairs, settings.seed, notes)
         determined = [source_determined(task, splits[0], i) for i in range(len(variables))]
-        pools = [None] * len(variables)
-        reasons = ["constant within a length: no same-length interchange changes it"
-                   if constant_within_length(v, runs) else None for v in variables]
-    keep = [i for i, reason in enumerate(reasons) if reason is None]
-    untestable = [(variables[i], reasons[i], pools[i]) for i in range(len(variables)) if reasons[i] is not None]
-    splits = tuple([_only(pset, keep) for pset in split] for split in splits)  # type: ignore[assignment]
-    kept = [variables[i] for i in keep]
-    return Prepared(kept, skipped, untestable, splits, notes, [determined[i] for i in keep],  # type: ignore[arg-type]
-                    [pools[i] for i in keep], settings.design,
-                    frozenset((v.origin, v.name) for v in kept if token_function(v, runs)))
+        pools, reasons = [None] * len(variables), [_constant(v, runs) for v in variables]
+    if before is None:
+        return {"variables": variables, "splits": splits, "notes": notes, "determined": determined, "pools": pools,
+                "reasons": reasons}
+    return {"variables": before["variables"] + variables, "splits": splits, "notes": notes,
+            "determined": before["determined"] + determined, "pools": before["pools"] + pools,
+            "reasons": before["reasons"] + reasons}
+
+
+def _constant(variable: HighLevel, runs: list[LengthRun]) -> str | None:
+    return ("constant within a length: no same-length interchange changes it"
+            if constant_within_length(variable, runs) else None)
 
 
 def _only(pset: PairSet, keep: list[int]) -> PairSet:
@@ -286,7 +329,8 @@ def _with_searches(lines: dict[str, dict[str, Any]], prepared: Prepared, variabl
             line.update(_search_fields(design, search), untestable_reason=None)
     for v, reason, search in prepared.untestable:
         lines[key(v.origin, v.name)] = {
-            "verdict": "untestable", "site": None, "position": None, "dim": None, "iia": None, "iia_ci": None,
+            "verdict": "untestable", "site": None, "position": None, "position_index": v.position_index, "dim": None,
+            "iia": None, "iia_ci": None,
             "changed_pairs": 0, "lift": None, "random_iia_p95": None, "origin": v.origin, "position_name": None,
             "pairs_needed": None, **_search_fields(design, search), "untestable_reason": reason}
     return lines
@@ -321,7 +365,8 @@ def _site_rows(task: tasks.Task, trained: Side, site: str, plan: dict[str, Any],
             "variable": v.name,
             "origin": v.origin,
             "site": site,
-            "position": pos,
+            "position": "at" if position_index(pos) is not None else pos,
+            "position_index": position_index(pos),
             "dim": dim,
             "pairs": sum(len(p.base) for p in test),
             "units": scores["units"],
@@ -356,8 +401,10 @@ def _site_rows(task: tasks.Task, trained: Side, site: str, plan: dict[str, Any],
         site_rows.append(row)
     check_illusions(task, trained, site, plan["picked"], plan["proj"], site_rows, train, test, cache)
     for row, (i, _) in zip(site_rows, plan["cells"], strict=True):
-        row["verdict"] = verdicts.row_verdict(row, determined[i] if row["test"] == "interchange" else 0.0,
-                                              solves["solves"], DETERMINED)
+        # a position-resolved variable is patched at its own position, never the readout's: its counterfactual
+        # being the answer does not let every site that carries the answer realize it
+        answer = row["test"] == "interchange" and row["position_index"] is None
+        row["verdict"] = verdicts.row_verdict(row, determined[i] if answer else 0.0, solves["solves"], DETERMINED)
     return site_rows
 
 
@@ -367,9 +414,11 @@ def _unsolved(prepared: Prepared, settings: Settings, trained: Side, solves: dic
     variables = prepared.variables
     names = [(v.origin, v.name) for v in variables]
     lines = {}
-    for origin, name in names:
+    for v in variables:
+        origin, name = v.origin, v.name
         key = name if origin == "task" or ("task", name) not in names else f"exact:{name}"
-        lines[key] = {"verdict": "model does not solve the task", "site": None, "position": None, "dim": None,
+        lines[key] = {"verdict": "model does not solve the task", "site": None, "position": None,
+                      "position_index": v.position_index, "dim": None,
                       "iia": None, "iia_ci": None, "changed_pairs": 0, "lift": None, "random_iia_p95": None,
                       "origin": origin, "position_name": None, "not_fitted": "the model does not solve the task"}
     return {"rows": [], "skipped": prepared.skipped + [{"variable": None, "reason": "not fitted: the model does "
@@ -424,9 +473,9 @@ def summarize(rows: list[dict[str, Any]], variables: list[HighLevel], sites: lis
 
     task_best = [r for r in best.values() if r["origin"] == "task"]
     return {
-        "best": [{k: r.get(k) for k in ("variable", "origin", "site", "position", "dim", "iia_changed",
-                                       "random_iia_changed", "untrained_iia_changed", "iia_ci", "changed_pairs",
-                                       "lift", "random_iia_p95", "verdict")} for r in best.values()],
+        "best": [{k: r.get(k) for k in ("variable", "origin", "site", "position", "position_index", "dim",
+                                       "iia_changed", "random_iia_changed", "untrained_iia_changed", "iia_ci",
+                                       "changed_pairs", "lift", "random_iia_p95", "verdict")} for r in best.values()],
         "mean_das_iia_changed": mean([r["iia_changed"] for r in best.values()]),
         "mean_random_iia_changed": mean([r["random_iia_changed"] for r in best.values()]),
         "mean_untrained_iia_changed": mean([r["untrained_iia_changed"] for r in best.values()]),

@@ -30,6 +30,10 @@ class HighLevel:
     # the variable's value on words b of a run at every token position, [B, n, m] (NaN where it has none):
     # what a probe start fits to (:mod:`.starts`)
     values: Callable[[LengthRun, torch.Tensor], torch.Tensor] | None = None
+    # a position-resolved variable (:func:`position_variables`): the token position it is held, tested and patched at
+    position_index: int | None = None
+    # an exact variable held at every position: its position-resolved variable at a position
+    at_position: Callable[[int], HighLevel] | None = None
 
 
 def task_variables(task: tasks.Task) -> list[HighLevel]:
@@ -85,8 +89,10 @@ def exact_variables(exact: Side, features: list[dict[str, Any]], runs: list[Leng
     return out, skipped
 
 
-def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], labels: list[str]) -> HighLevel:
-    """One exact variable: a label, or a one-hot group swapped whole (its members' dimensions together)."""
+def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], labels: list[str],
+                    at: int | None = None) -> HighLevel:
+    """One exact variable: a label, or a one-hot group swapped whole (its members' dimensions together); ``at``:
+    its value at that token position alone (swapped there only, NaN elsewhere)."""
     site, scope = members[0]["exact_site"], members[0]["positions"]
     index = [m["index"] for m in members]
     if len(labels) == exact.d_model:
@@ -97,6 +103,10 @@ def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], label
     def counterfactual(run: LengthRun, b: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         rows = exact.model.readout_rows(run.n_positions)
         positions = np.array([int(rows[0])]) if scope == "readout" and rows is not None else None
+        if at is not None:
+            if at >= run.tokens.shape[1]:  # a length without that position: nothing is swapped
+                return base_answer(run, b)
+            positions = np.array([at])
         n_pos = run.n_positions[b]
         writer = writer_site(exact, site)
         outputs = _patched_outputs(exact, run.tokens[b], writer, direction, run.exact_acts[writer][s.numpy()],
@@ -107,13 +117,58 @@ def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], label
         return exact.reader.decide(run.exact_outputs[b], run.n_positions[b])
 
     def values(run: LengthRun, b: torch.Tensor) -> torch.Tensor:
-        return torch.as_tensor(run.exact_acts[site][b.numpy()][:, :, index], dtype=torch.float64)
+        held = torch.as_tensor(run.exact_acts[site][b.numpy()][:, :, index], dtype=torch.float64)
+        if at is None:
+            return held
+        out = torch.full_like(held, float("nan"))
+        out[:, at:at + 1] = held[:, at:at + 1]
+        return out
 
     detail: dict[str, Any] = {"exact_site": site, "exact_positions": scope}
     if len(members) > 1:
         detail["members"] = [m["label"] for m in members]
+    if at is not None:
+        detail.update(position_index=at, resolves=name)
+        return HighLevel(f"{name}@{at}", "exact", "position", counterfactual, base_answer, detail, values, at)
     return HighLevel(name, "exact", "position" if scope == "all" else "word", counterfactual, base_answer, detail,
-                     values)
+                     values, at_position=(lambda p: _exact_variable(exact, name, members, labels, p))
+                     if scope == "all" else None)
+
+
+def varying_positions(variable: HighLevel, runs: list[LengthRun], readout: Callable[[torch.Tensor], Any]
+                      ) -> list[int]:
+    """The token positions, other than the readout position, at which the variable's value differs between two
+    words of one length (in ``runs``), in order. ``readout``: the exact model's readout rows of n_positions."""
+    found: set[int] = set()
+    for run in runs:
+        if len(run.ids) < 2 or variable.values is None:
+            continue
+        values = variable.values(run, torch.arange(len(run.ids))).nan_to_num(nan=float("inf"))
+        varies = (values != values[:1]).flatten(2).any(2).any(0)  # [n]
+        rows = readout(run.n_positions)
+        if rows is not None:
+            varies[int(rows[0])] = False
+        found |= {int(j) for j in torch.nonzero(varies).flatten()}
+    return sorted(found)
+
+
+def position_variables(exact: Side, variables: list[HighLevel], determined: list[float], threshold: float,
+                       cap: int, runs: list[LengthRun]) -> list[HighLevel]:
+    """Position-resolved variables (issue 41, item 3): for each exact variable held at every position whose
+    counterfactual is the answer itself (``determined`` >= ``threshold``: at the readout it cannot be told from
+    the answer), its value at each of the first ``cap`` positions other than the readout where it varies
+    between words (:func:`varying_positions`), named ``LABEL@p``. FIRST's AND label I[w_i=1 & i=1] is the first
+    symbol at position 1, before [CLS] reads it: ``I[w_i=1 & i=1]@1``. Each is tested at its position: the
+    exact counterfactual swaps the label at that position only, the trained model is patched there only, and
+    base and source differ there (the designed pairs are the ones whose swap there changes the exact output)."""
+    if cap <= 0:
+        return []
+    out = []
+    for v, share in zip(variables, determined, strict=True):
+        if v.at_position is None or share < threshold:
+            continue
+        out += [v.at_position(p) for p in varying_positions(v, runs, exact.model.readout_rows)[:cap]]
+    return out
 
 
 _GROUP_NAME = re.compile(r"(?P<prefix>.+?)(?P<sep>[:_])(?P<value>[A-Za-z0-9.+-]+)$")

@@ -32,6 +32,11 @@ row of the alignment table gets one verdict, and each variable one line (``summa
   pair of the designed search changes the exact output through it.
 * ``"not found"``: everything else.
 
+A position-resolved variable (``LABEL@p``, rows with ``position_index`` p: patched at its own position p, never
+the readout's) is never "indistinguishable from the answer": at position p only what holds it there realizes
+it. Its line is its earliest "computed" row at a component output (COMPONENT_SITES: where it is written at p;
+the residual sites at p still hold the token there), else the rules above.
+
 ``pairs_needed`` (a variable's line): where the interval at the observed rate is too wide to decide
 whether the IIA clears COMPUTED_IIA, the number of changed test pairs at which it would (at that
 rate); None where it already does (or no count up to PAIRS_NEEDED_CAP would).
@@ -167,7 +172,10 @@ def _selection_key(row: dict[str, Any], order: dict[str, int]) -> tuple:
     return (-(v if v is not None else -1.0), -(row.get("validation_iia") or 0.0), order.get(row["site"], 0))
 
 
-VERDICT_FIELDS = ("verdict", "site", "position", "dim", "iia", "iia_ci", "changed_pairs", "lift", "random_iia_p95")
+COMPONENT_SITES = ("hook_attn_out", "hook_mlp_out")  # component outputs: what a component writes, not the input
+
+VERDICT_FIELDS = ("verdict", "site", "position", "position_index", "dim", "iia", "iia_ci", "changed_pairs", "lift",
+                  "random_iia_p95")
 
 
 def variable_verdicts(rows: list[dict[str, Any]], sites: list[str], readout_name: str = "readout",
@@ -195,8 +203,12 @@ def variable_verdicts(rows: list[dict[str, Any]], sites: list[str], readout_name
     for (origin, name), own in by_variable.items():
         key = name if origin == "task" or (("task", name) not in by_variable) else f"exact:{name}"
         scored = [r for r in own if r.get("changed_pairs")]
-        determined = max((r.get("source_determined") or 0.0) for r in own) >= determined_at
-        if determined:
+        resolved = any(r.get("position_index") is not None for r in own)
+        determined = not resolved and max((r.get("source_determined") or 0.0) for r in own) >= determined_at
+        written = [r for r in scored if r["verdict"] == "computed" and r["site"].endswith(COMPONENT_SITES)]
+        if resolved and written:  # where a component writes it at its position (module docstring)
+            best = min(written, key=lambda r: (order.get(r["site"], 0), _selection_key(r, order)))
+        elif determined:
             best = _answer_determined(own, scored, order, min(arrival) if arrival else None)
         else:
             at_input = [r for r in scored if r["verdict"] == "in the input"]
@@ -231,6 +243,7 @@ def _line(best: dict[str, Any], origin: str, readout_name: str) -> dict[str, Any
         "verdict": best["verdict"],
         "site": best["site"],
         "position": best["position"],
+        "position_index": best.get("position_index"),
         "dim": best["dim"],
         "iia": best.get("iia_changed"),
         "iia_ci": best.get("iia_ci"),
@@ -238,11 +251,12 @@ def _line(best: dict[str, Any], origin: str, readout_name: str) -> dict[str, Any
         "lift": best.get("lift"),
         "random_iia_p95": best.get("random_iia_p95"),
         "origin": origin,
-        "position_name": readout_name if best["position"] == "readout" else "every position",
+        "position_name": readout_name if best["position"] == "readout" else (
+            f"position {best['position_index']}" if best.get("position_index") is not None else "every position"),
         "pairs_needed": pairs_needed(best.get("iia_changed"), best.get("changed_pairs") or 0),
     }
     if best["verdict"] in ("indistinguishable from the answer", "model does not solve the task"):
-        line["site"] = line["position"] = None  # no site is claimed
+        line["site"] = line["position"] = line["position_index"] = None  # no site is claimed
         line["pairs_needed"] = None  # decided by what the counterfactual is, or by the behaviour
     return line
 
