@@ -259,7 +259,11 @@ def test_an_untrained_then_exact_run_forms_the_circuit_and_warm_starts_agree_wit
     first = [r["verdicts"]["first symbol"] for r in data["checkpoints"]]
     assert first[0]["verdict"] == "model does not solve the task"
     assert first[1]["verdict"] == "computed" and first[1]["iia_ci"][0] >= 0.9
-    assert data["events"]["variables"]["first symbol"] == {"step": 100, "site": "blocks.0.hook_mlp_out"}
+    assert data["events"]["variables"]["first symbol"] == {"step": 100, "site": "blocks.0.hook_mlp_out",
+                                                           "how": "computed"}
+    # the position-resolved first symbol (the AND label at position 1) is dated where the first FFN writes it
+    assert data["events"]["variables"]["I[w_i=1 & i=1]@1"] == {"step": 100, "site": "blocks.0.hook_mlp_out",
+                                                               "how": "computed", "position_index": 1}
     assert data["events"]["behaviour"] == 100
     cold = diff(exact, "first", untrained_baseline=False, **options)["summary"]["verdicts"]
     warm = data["checkpoints"][2]["verdicts"]

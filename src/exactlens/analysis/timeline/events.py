@@ -60,8 +60,9 @@ def events(rows: list[dict[str, Any]], long_lengths: list[int] | None = None) ->
     for name in names:
         row = settled_from(rows, lambda r, name=name: computed(r, name))
         if row is not None:
-            variables[name] = {"step": row["step"], "site": row["verdicts"][name]["site"], "how": "computed",
-                               "position_index": row["verdicts"][name].get("position_index")}
+            variables[name] = {"step": row["step"], "site": row["verdicts"][name]["site"], "how": "computed"}
+            if row["verdicts"][name].get("position_index") is not None:  # a position-resolved variable's position
+                variables[name]["position_index"] = row["verdicts"][name]["position_index"]
             continue
         # a variable that is the answer itself is dated where it reaches the readout with the answer
         row = settled_from(rows, lambda r, name=name: computed(r, name) or arrives(r, name))
