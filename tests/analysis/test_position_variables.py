@@ -13,6 +13,7 @@ import torch
 from exactlens import tasks
 from exactlens.analysis.diff import diff
 from exactlens.analysis.diff.alignment.designed import design_pairs
+from exactlens.analysis.diff.alignment.directions import own_directions
 from exactlens.analysis.diff.alignment.patch import Fit, patch_masks
 from exactlens.analysis.diff.alignment.score import score_group
 from exactlens.analysis.diff.alignment.variables import exact_variables, position_variables, varying_positions
@@ -46,6 +47,9 @@ def test_a_position_resolved_variable_is_localized_at_its_position_and_not_at_ot
     resolved = position_variables(side, [label], [1.0], 0.99, 2, runs)
     assert [v.name for v in resolved] == [f"{AND}@1"] and resolved[0].position_index == 1
     assert position_variables(side, [label], [0.5], 0.99, 2, runs) == []  # not the answer: no resolution needed
+    labels = list(side.model.cfg.residual_labels)
+    known = own_directions(resolved, labels)[0]  # a self-diff's fit starts from the label's own dimension
+    assert torch.equal(known[:, 0], torch.eye(len(labels), dtype=known.dtype)[labels.index(AND)])
     design = design_pairs(task, runs, resolved, 20, seed=0)
     test = design.splits[2]
     assert sum(int((p.cf[0] != p.base_answers[0]).sum()) for p in test) >= 20

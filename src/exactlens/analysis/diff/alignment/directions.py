@@ -29,11 +29,13 @@ def known_directions(side: Side, variables: list[HighLevel], exact: Side | None 
 
 
 def own_directions(variables: list[HighLevel], labels: list[str]) -> dict[int, torch.Tensor]:
-    """Per exact variable named by ``labels`` (a label, or a one-hot group whose members all are), its
-    directions [d, r] in that basis: the label's (r = 1) or the members' (r = the group's size)."""
+    """Per exact variable named by ``labels`` (a label, or a one-hot group whose members all are, or either at one
+    position: the label it ``resolves``), its directions [d, r] in that basis: the label's (r = 1) or the
+    members' (r = the group's size)."""
     out = {}
     for i, v in enumerate(variables):
-        names = getattr(v, "detail", {}).get("members", [v.name])
+        detail = getattr(v, "detail", {})
+        names = detail.get("members", [detail.get("resolves", v.name)])
         if v.origin == "exact" and all(labels.count(name) == 1 for name in names):
             out[i] = torch.stack([label_direction(labels, name) for name in names], 1)
     return out

@@ -44,7 +44,7 @@ class Settings:
     untrained: bool = True
     warm_steps: int | None = None  # Adam steps of a fit warm-started from an earlier model's subspace (None: steps)
     design: str = "designed"  # the pairs: "designed" from the exact circuit (:mod:`.designed`) or "random"
-    positions: int = 2  # position-resolved variables per answer-determined exact label (.variables.position_variables)
+    positions: int = 1  # position-resolved variables per answer-determined exact label (.variables.position_variables)
 
 
 SKIPPED = {"iia": None, "iia_changed": None, "skipped": "a smaller k of this variable reached the validation IIA "

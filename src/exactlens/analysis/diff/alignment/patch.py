@@ -142,7 +142,7 @@ def copies_per_pass(side: Side, batch: int, n_pos: int) -> int:
 
 def patch_masks(side: Side, run: LengthRun, fits: list[Fit]) -> torch.Tensor:
     """[F, pos]: where each fit patches (every position, the readout position, or position p for "@p"; none
-    where the run has no position p)."""
+    where the run has no position p or p is its readout position)."""
     n = run.tokens.shape[1]
     readout = torch.zeros(n)
     readout[side._row(run.n_positions[:1])] = 1
@@ -154,7 +154,7 @@ def patch_masks(side: Side, run: LengthRun, fits: list[Fit]) -> torch.Tensor:
         if at is None:
             return readout
         one = torch.zeros(n)
-        if at < n:
+        if at < n and not bool(readout[at]):
             one[at] = 1
         return one
 

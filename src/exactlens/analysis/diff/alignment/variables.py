@@ -104,8 +104,8 @@ def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], label
         rows = exact.model.readout_rows(run.n_positions)
         positions = np.array([int(rows[0])]) if scope == "readout" and rows is not None else None
         if at is not None:
-            if at >= run.tokens.shape[1]:  # a length without that position: nothing is swapped
-                return base_answer(run, b)
+            if at >= run.tokens.shape[1] or (rows is not None and int(rows[0]) == at):
+                return base_answer(run, b)  # a length without that position, or whose readout it is: no swap
             positions = np.array([at])
         n_pos = run.n_positions[b]
         writer = writer_site(exact, site)
@@ -121,7 +121,9 @@ def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], label
         if at is None:
             return held
         out = torch.full_like(held, float("nan"))
-        out[:, at:at + 1] = held[:, at:at + 1]
+        rows = exact.model.readout_rows(run.n_positions)
+        if rows is None or int(rows[0]) != at:  # its value at its own position, where that is not the readout
+            out[:, at:at + 1] = held[:, at:at + 1]
         return out
 
     detail: dict[str, Any] = {"exact_site": site, "exact_positions": scope}
