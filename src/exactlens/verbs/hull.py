@@ -9,42 +9,21 @@ experiment of Brody et al.'s Fig. 1c/1d).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
-from exactlens.interop.readout import ReadoutKind
-from exactlens.requests import Float, Int, Lengths, Text, option
+from exactlens.analysis.hull_request import HullRequest
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.common import device_option
 from exactlens.viz.backend import pyplot
 
-__all__ = ["HullRequest", "format_hull_text", "run"]
-
-
-@dataclass(frozen=True)
-class HullRequest:
-    target: Any = option(None, positional=True, metavar="CHECKPOINT_DIR | NAME",
-                         help="a checkpoint directory or a construction name (see `exactlens list`); omitted: "
-                              "random keys without and with layer norm (Brody Fig. 1c/1d)")
-    tol: float = option(1e-9, kind=Float(0.0, 1.0, open_lo=True, open_hi=True),
-                        help="relative tolerance of the hull check (default 1e-9)")
-    seed: int = option(0, kind=Int(0), help="seed of the sampled words / tokens / keys")
-    lengths: list | None = option(None, kind=Lengths(0), help="word lengths whose keys are checked, A:B[:STEP] or "
-                                  "a,b,c (default: a few up to the construction's longest); for a checkpoint "
-                                  "directory, numbers of token positions (default 4, 8, 16)")
-    device: Any = device_option("the model runs there; keys come back to the CPU for the linear programs")
-    task: str | None = option(None, kind=Text(), metavar="NAME",
-                              help="the task of a model that records none (a TransformerLens or Hugging Face model): "
-                                   "its words are sampled")
-    readout: Any = option(None, kind=ReadoutKind(), metavar="POSITION[/OUTPUTS]",
-                          help="where such a model answers (default: the task's; see `exactlens task NAME`)")
+__all__ = ["format_hull_text", "run"]
 
 
 def run(request: HullRequest) -> Result:
     from exactlens.analysis.hull_model import hull_report
     from exactlens.analysis.hull_random import random_keys
+    from exactlens.analysis.hull_target import model_report
     from exactlens.devices import resolve_device
 
     if request.target is None:
@@ -93,7 +72,7 @@ def model_report(model: Any, request: HullRequest, foreign: dict[str, Any] | Non
     else:
         tokens, n_positions, wanted = _random_ids(model, request.lengths, gen)
         info.update(positions=wanted, tokens="uniform random ids (the model records no task)")
-    from exactlens.verbs.model_target import on_device
+    from exactlens.interop.model_target import on_device
 
     result = unselectable_by_layer(on_device(model, where), tokens, n_positions=n_positions, tol=request.tol)
     return {"target": info, **result, "device": device_name(where)}
@@ -108,7 +87,7 @@ def _task(model: Any) -> Any:
 def _task_words(model: Any, lengths: list | None, gen: Any) -> tuple[Any, Any, list[int]]:
     from exactlens.analysis.hull_model import DEFAULT_CHECKPOINT_POSITIONS, _pad, encoded_words
     from exactlens.errors import ExactLensError
-    from exactlens.verbs.model_target import ModelTarget, longest_of
+    from exactlens.interop.model_target import ModelTarget, longest_of
 
     task = _task(model)
     longest = longest_of(ModelTarget(model, task, "", {}))

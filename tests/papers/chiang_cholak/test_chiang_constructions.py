@@ -19,7 +19,7 @@ import torch
 from exactlens.analysis.verify import verify
 from exactlens.constructions import build, get, names
 from exactlens.errors import ExactLensError
-from exactlens.languages import get as get_language
+from exactlens.tasks import get as get_language
 from exactlens.papers.chiang_cholak import constructions as cc
 
 # This file checks the Chiang & Cholak entries; other papers' constructions have their own tests.

@@ -11,7 +11,7 @@ import torch
 from exactlens.analysis.verify import precision, readout_logits, verify
 from exactlens.constructions import build, get
 from exactlens.errors import ExactLensError
-from exactlens.languages import One, Palindrome
+from exactlens.tasks import One, Palindrome
 from exactlens.papers.nowak.constructions import decide_palindrome, palindrome_signal
 
 DTYPES = ("float32", "float64")

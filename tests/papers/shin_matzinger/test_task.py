@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from exactlens.errors import ExactLensError
-from exactlens.languages import get
+from exactlens.tasks import get
 from exactlens.papers.shin_matzinger.task import PairGenerator, make_q, pair_targets, target_mask
 
 
