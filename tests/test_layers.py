@@ -181,3 +181,25 @@ def test_the_architecture_doc_states_the_layer_order():
     text = (SRC.parents[0] / "docs" / "architecture.md").read_text(encoding="utf-8")
     order = " -> ".join(name for name, _ in LAYERS)
     assert order in text, f"docs/architecture.md should state the layer order: {order}"
+
+
+def test_what_is_found_by_name_instead_of_imported():
+    """The two late bindings the layers rely on (docs/architecture.md): SIIT's analysis, provided from the top, and
+    the verbs, found in the registry by the sweep engine and the callable packages."""
+    import pytest
+
+    import exactlens  # noqa: F401 (provides the SIIT side)
+    from exactlens.analysis.diff.alignment.pairs import make_pairs
+    from exactlens.analysis.diff.runs import same_decisions
+    from exactlens.errors import ExactLensError
+    from exactlens.lazy import provided
+    from exactlens.sweep.check import verb_spec
+    from exactlens.verb_registry import VERBS, find_verb
+
+    side = provided("siit_side")
+    assert side.make_pairs is make_pairs and side.same_decisions is same_decisions
+    with pytest.raises(ExactLensError, match="'no such slot'"):
+        provided("no such slot")
+    assert verb_spec("verify") is find_verb("verify") is VERBS["verify"]
+    with pytest.raises(ExactLensError, match="unknown verb 'nope'; verbs: .*verify"):
+        verb_spec("nope")
