@@ -145,23 +145,25 @@ def test_shards_make_the_whole(local_run):
 
 
 def test_a_failed_job_is_recorded_and_resume_reruns_it(tmp_path, monkeypatch):
-    import exactlens.api
+    import dataclasses
 
-    real = exactlens.api.API["verify"]
+    from exactlens.verb_registry import VERBS, find_verb
 
-    def flaky(*args, **kwargs):
-        if kwargs["seed"] == 1:
+    real = find_verb("verify")
+
+    def flaky(request):
+        if request.seed == 1:
             raise RuntimeError("boom\nsecond line")
-        return real(*args, **kwargs)
+        return real.run(request)
 
     spec = _spec(tmp_path, '[sweep]\nseeds = [0, 1]\n[[job]]\nverb = "verify"\nname = "first"\nlengths = "1:3"\n')
-    monkeypatch.setitem(exactlens.api._MADE, "verify", flaky)
+    monkeypatch.setitem(VERBS, "verify", dataclasses.replace(real, run=flaky))  # the sweep finds verbs here
     result = el.sweep(str(spec), out=str(tmp_path / "out"), workers=1)
     rows = {r["seed"]: r for r in _rows(tmp_path / "out")}
     assert rows[0]["status"] == "ok" and rows[1]["status"] == "failed"
     assert rows[1]["error"] == "RuntimeError: boom"
     assert result.failure is not None and "1 of 2 jobs failed" in result.failure
-    monkeypatch.setitem(exactlens.api._MADE, "verify", real)
+    monkeypatch.setitem(VERBS, "verify", real)
     again = el.sweep(str(spec), out=str(tmp_path / "out"), resume=True, workers=1)
     assert again["kept"] == 1 and again["ran"] == 1 and again["ok"] == 2
 

@@ -11,8 +11,12 @@ import importlib
 import importlib.util
 from typing import Any
 
+from exactlens import lazy as _lazy
 from exactlens.errors import ExactLensError
 from exactlens.version import __version__
+
+# Training sits below analysis: SIIT's analysis side is provided from here, the top (named, imported when used).
+_lazy.provide("siit_side", "exactlens.analysis.diff.siit_side:SIDE")
 
 __all__ = ["ExactConfig", "ExactLensError", "ExactTransformer", "__version__"]
 

@@ -1,18 +1,24 @@
 """A package that is also a verb: ``exactlens.train`` is the training package and, called, the API's
-``train`` verb (``import exactlens as el; el.train("first")``). The verb is named by a string and
-looked up when called, so the package does not import the API."""
+``train`` verb (``import exactlens as el; el.train("first")``). The verb is named and found in the verb
+registry (exactlens.verb_registry) when called, so the package imports no verb and not the API."""
 
 from __future__ import annotations
 
-import importlib
 import types
 from typing import Any
 
 
 class CallablePackage(types.ModuleType):
     def _verb(self) -> Any:
-        module, _, name = self.__dict__["__exactlens_verb__"].partition(":")
-        return getattr(importlib.import_module(module), name)
+        from exactlens.verb_registry import find_verb, verb_function
+
+        name = self.__dict__["__exactlens_verb__"]
+        spec = find_verb(name)
+        if spec is None:
+            from exactlens.errors import ExactLensError
+
+            raise ExactLensError(f"no verb named {name!r} is registered")
+        return verb_function(spec)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._verb()(*args, **kwargs)
@@ -32,6 +38,6 @@ class CallablePackage(types.ModuleType):
 
 
 def make_callable(module: types.ModuleType, verb: str) -> None:
-    """Make ``module`` callable as ``verb`` ("package.module:function")."""
+    """Make ``module`` callable as the verb named ``verb`` (e.g. "train")."""
     module.__exactlens_verb__ = verb
     module.__class__ = CallablePackage

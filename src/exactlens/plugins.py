@@ -11,7 +11,7 @@ The object named there is a function without arguments that registers what the p
 through exactlens's public registries (``exactlens.tasks.register``,
 ``exactlens.constructions.register``, ``exactlens.tasks.register_decision_rule``,
 ``exactlens.train.register_preset``, ``exactlens.viz.register_section``,
-``exactlens.cli.register_verb``). exactlens's own papers are plug-ins of this kind
+``exactlens.verbs.register_verb``). exactlens's own papers are plug-ins of this kind
 (``exactlens.papers.*``); the core never imports them.
 
 Plug-ins load once, the first time any registry is read. A plug-in that fails to load is an

@@ -28,9 +28,9 @@ from typing import Any
 from exactlens.errors import ExactLensError
 
 __all__ = [
-    "Any_", "Bool", "Choice", "DType", "Device", "Float", "Int", "IntList", "Kind", "Lengths", "Option", "Pairs",
-    "Path_", "Text", "TextList", "add_arguments", "command_line", "from_call", "from_namespace", "option",
-    "options_of",
+    "Any_", "Bool", "Choice", "ConstructionRequest", "DType", "Device", "FlagsOf", "Float", "Int", "IntList", "Kind",
+    "Lengths", "Option", "Pairs", "Path_", "Text", "TextList", "add_arguments", "command_line", "device_option",
+    "from_call", "from_namespace", "model_target_option", "option", "options_of", "task_option",
 ]
 
 
@@ -365,6 +365,41 @@ class Pairs(Kind):
         return out
 
 
+_FLAG_VIEWS: dict[type, type] = {}
+
+
+@dataclass(frozen=True)
+class FlagsOf(Kind):
+    """A dict field holding another declaration's options given as flags: one command-line flag per field of
+    ``options`` (its help, kind and metavar; default None, i.e. not given; a switch: off), collected into the dict
+    (only those given). ``exactlens train``'s ``--epochs 5`` etc. (exactlens.train.options.TrainOptions), which the
+    API takes as keywords (``**options``), so such a field is ``api=False``."""
+
+    options: type = object
+    what: str = "a dict of options"
+
+    def view(self) -> type:
+        """The flags as a request class (generated once: each field of ``options``, default None, the CLI only)."""
+        if self.options in _FLAG_VIEWS:
+            return _FLAG_VIEWS[self.options]
+        fields = []
+        for f, opt in options_of(self.options):
+            default = False if isinstance(opt.kind, Bool) else None
+            fields.append((f.name, Any, option(default, help=opt.help, kind=opt.kind, metavar=opt.metavar, api=False)))
+        view = _FLAG_VIEWS[self.options] = dataclasses.make_dataclass(f"{self.options.__name__}Flags", fields,
+                                                                      frozen=True)
+        return view
+
+    def check(self, name: str, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise self.refuse(name, value)
+        known = {f.name: opt for f, opt in options_of(self.options)}
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise ExactLensError(f"{name}: {unknown[0]!r} is no option of {self.options.__name__}")
+        return {key: known[key].kind.check(key, item) for key, item in value.items()}
+
+
 def _number(kind: Kind, name: str, text: str, convert: Callable[[str], Any]) -> Any:
     """The command line's text as a number (``int`` or ``float``), or the kind's refusal."""
     try:
@@ -458,6 +493,9 @@ def add_arguments(parser: argparse.ArgumentParser, request: type) -> None:
     for f, opt in options_of(request):
         if not opt.cli:
             continue
+        if isinstance(opt.kind, FlagsOf):
+            add_arguments(parser, opt.kind.view())
+            continue
         target = parser
         if opt.group is not None:
             if opt.group not in groups:  # one group per name (setdefault would make an empty one per member)
@@ -499,6 +537,10 @@ def from_namespace(request: type, args: argparse.Namespace) -> Any:
     for f, opt in options_of(request):
         if not opt.cli:
             continue
+        if isinstance(opt.kind, FlagsOf):  # the flags given (a switch only when on; 0 is a value)
+            flags = from_namespace(opt.kind.view(), args)
+            values[f.name] = {k: v for k, v in vars(flags).items() if v is not None and v is not False}
+            continue
         raw = getattr(args, opt.dest or f.name, None)
         name = f.name if opt.positional else _flag(f, opt)
         if isinstance(opt.kind, Bool):
@@ -523,6 +565,11 @@ def command_line(verb: str, request: Any) -> str:
             continue
         value = getattr(request, f.name)
         if value == _default(f) and not opt.positional:
+            continue
+        if isinstance(opt.kind, FlagsOf):
+            view = opt.kind.view()
+            given = command_line(verb, view(**value))
+            words += shlex.split(given)[2:]
             continue
         if opt.positional:
             words += [str(v) for v in value] if isinstance(value, (list, tuple)) else [] if value is None else [
@@ -583,3 +630,43 @@ def from_call(verb: str, request: type, args: Sequence[Any], kwargs: Mapping[str
     if missing:
         raise ExactLensError(f"el.{verb} needs {', '.join(missing)}")
     return request(**values)
+
+
+# ---- options several verbs share, declared once ------------------------------------------------------------
+
+
+def device_option(what: str = "", **how: Any) -> Any:
+    """``--device`` / ``device=``: cpu, cuda (or cuda:N), mps, or auto (exactlens.devices; a device that is
+    not there is an error naming those that are)."""
+    return option("auto", kind=Device(), metavar="{cpu,cuda,mps,auto}",
+                  help="where models run: cpu, cuda (or cuda:N), mps, or auto (default: CUDA if present, else MPS, "
+                       "else the CPU)" + (f"; {what}" if what else ""), **how)
+
+
+def model_target_option() -> Any:
+    """NAME of a verb that takes a construction or a model (verify, precision)."""
+    return option(kind=Any_(), positional=True, metavar="NAME | CHECKPOINT_DIR",
+                  help="a construction name (see `exactlens list`) or a checkpoint directory; in Python also a model "
+                       "(an ExactTransformer, a train result, a TransformerLens HookedTransformer or "
+                       "TransformerBridge)")
+
+
+def task_option() -> Any:
+    """``--task``: the task of a model that records none."""
+    return option(None, kind=Text(), metavar="NAME",
+                  help="the task of a model that records none (a TransformerLens or Hugging Face model; see "
+                       "`exactlens task NAME`)")
+
+
+@dataclass(frozen=True)
+class ConstructionRequest:
+    """NAME --dtype --seed --param --device: the options of verbs that build one construction (a verb's
+    request adds its own fields after these)."""
+
+    name: str = option(help="a construction name (see `exactlens list`)", kind=Text(), positional=True)
+    dtype: str = option("float32", kind=DType(), help="float32 or float64 (a name or the torch dtype)")
+    seed: int = option(0, kind=Int(0), help="seed of the sampled words")
+    params: dict = option({}, kind=Pairs(), flag="--param", dest="param", extra=True,
+                          help="construction parameter, e.g. --param c=2 --param eps=0 (repeatable; in Python "
+                               "the keyword arguments the verb does not know)")
+    device: Any = device_option()

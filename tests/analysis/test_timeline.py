@@ -18,7 +18,6 @@ from exactlens.analysis.diff import diff
 from exactlens.analysis.diff.request import DiffRequest
 from exactlens.analysis.timeline import TimelineRequest, timeline
 from exactlens.analysis.timeline.events import events
-from exactlens.analysis.timeline.request import CHANGED, FROM_DIFF
 from exactlens.cli import main
 from exactlens.constructions import build
 from exactlens.errors import ExactLensError
@@ -82,11 +81,17 @@ def test_a_variable_that_is_the_answer_is_dated_where_it_reaches_the_readout() -
 
 
 def test_the_request_is_the_diffs_fields_with_the_timelines() -> None:
-    diff_fields = {f.name: f for f in dataclasses.fields(DiffRequest)}
+    from exactlens.analysis.diff.request import DiffOptions
+
+    shared = {f.name: f for f in dataclasses.fields(DiffOptions)}
     own = {f.name: f for f in dataclasses.fields(TimelineRequest)}
-    for name in FROM_DIFF:
-        if name not in CHANGED:
-            assert own[name].metadata["option"] == diff_fields[name].metadata["option"], name
+    redeclared = {"target", "lengths", "parts", "untrained_baseline"}  # the timeline's own default or help
+    assert issubclass(TimelineRequest, DiffOptions) and issubclass(DiffRequest, DiffOptions)
+    assert list(own)[:len(shared)] == list(shared)  # every diff option, in the diff's order
+    for name, f in shared.items():
+        if name not in redeclared:
+            assert own[name].metadata["option"] == f.metadata["option"], name
+    assert {n for n in shared if own[n].metadata["option"] != shared[n].metadata["option"]} == redeclared
     assert own["untrained_baseline"].default is False and "alignment" in own["parts"].default
     assert {"long_lengths", "das_warm_steps", "steps", "model"} <= set(own)
 

@@ -15,8 +15,8 @@ import torch
 from exactlens.analysis.verify import parse_lengths, precision, verify, words_for_length
 from exactlens.constructions import build, get
 from exactlens.errors import ExactLensError
-from exactlens.languages import get as get_language
 from exactlens.tasks import Parity, kinds
+from exactlens.tasks import get as get_language
 
 VERIFY_KEYS = {"name", "dtype", "seed", "results", "task", "decision_rule", "device"}
 VERIFY_OPTIONAL = {"params"}

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactlens.errors import ExactLensError
-from exactlens.languages import CLS, EOS, LANGUAGES, First, Parity, get
+from exactlens.tasks import CLS, EOS, TASKS, First, Parity, get
 
 SETTINGS = settings(max_examples=50, deadline=None)
-NAMES = sorted(LANGUAGES)
+NAMES = sorted(TASKS)
 BITS = ("parity", "first")
 
 bit_words = st.text(alphabet="01", max_size=12)

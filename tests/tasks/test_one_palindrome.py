@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from exactlens.errors import ExactLensError
-from exactlens.languages import CLS, EOS, One, Palindrome, get
+from exactlens.tasks import CLS, EOS, One, Palindrome, get
 
 
 def words(length: int) -> list[str]:

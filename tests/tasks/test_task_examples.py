@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exactlens.errors import ExactLensError
-from exactlens.languages import CLS, get
+from exactlens.tasks import CLS, get
 from exactlens.tasks.dyck import Dyck, count_members
 
 SETTINGS = settings(max_examples=60, deadline=None)

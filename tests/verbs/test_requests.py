@@ -133,8 +133,8 @@ def test_command_line_echo_parses_back_to_the_same_request():
 
     from exactlens.verbs.train import TrainRequest
 
-    request = TrainRequest(task="first", out="runs/x", seed=3, train_length=(1, 4), test_length=(7, 7),
-                           checkpoints="log:5", lr=0.01, options={"num_classes": 3})
+    request = TrainRequest(task="first", out="runs/x", seed=3, options={"num_classes": 3},
+                           flags={"train_length": (1, 4), "test_length": (7, 7), "checkpoints": "log:5", "lr": 0.01})
     line = command_line("train", request)
     assert "--train-length 1:4" in line and "--test-length 7" in line, line
     parser = argparse.ArgumentParser()

@@ -79,6 +79,7 @@ import torch
 
 from exactlens.analysis import hull_fast
 from exactlens.analysis.hull_products import threads_for_products
+from exactlens.analysis.hull_request import HullRequest
 from exactlens.analysis.hull_solver import SELECTABLE, UNDECIDED, HullSolver
 from exactlens.errors import ExactLensError
 from exactlens.progress import bar
@@ -269,7 +270,8 @@ front. Sets with most keys inside the hull in high dimension cost more (docs/bro
 PROGRESS_FROM = hull_fast.PROGRESS_FROM  # key sets from this size show progress bars
 
 
-def selectable_keys(keys: np.ndarray | torch.Tensor, *, tol: float = 1e-9, method: str = "fast") -> SelectabilityResult:
+def selectable_keys(keys: np.ndarray | torch.Tensor, *, tol: float = HullRequest.tol,
+                    method: str = "fast") -> SelectabilityResult:
     """Which keys can get the strict top attention score q.k, with a certificate for each.
 
     ``keys`` is an n x d array or tensor (n >= 1, d >= 1, finite). ``tol`` is relative to the

@@ -60,6 +60,7 @@ import numpy as np
 import torch
 
 from exactlens.analysis.hull import METHODS, selectable_keys
+from exactlens.analysis.hull_request import HullRequest
 from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.tasks.base import check_seed
@@ -198,7 +199,7 @@ def _selectability(vectors: list[np.ndarray], tol: float, method: str, what: str
 
 @torch.no_grad()
 def unselectable_by_layer(
-    model: Any, tokens: torch.Tensor, n_positions: Any = None, tol: float = 1e-9, method: str = "fast"
+    model: Any, tokens: torch.Tensor, n_positions: Any = None, tol: float = HullRequest.tol, method: str = "fast"
 ) -> dict[str, Any]:
     """Fractions of unselectable keys per layer (before/after LN) and per head, averaged over sequences.
 
@@ -380,7 +381,7 @@ def encoded_words(task: Any, lengths: Sequence[int], count: int, gen: torch.Gene
 def hull_report(
     target: str | Path,
     *,
-    tol: float = 1e-9,
+    tol: float = HullRequest.tol,
     seed: int = 0,
     lengths: Sequence[int] | None = None,
     sequences_per_length: int = 4,

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from exactlens.analysis.hull import METHODS, layer_norm_geometric, selectable_keys
+from exactlens.analysis.hull_request import HullRequest
 from exactlens.errors import ExactLensError
 
 DEFAULT_NS = (4, 8, 16, 32, 64, 128)
@@ -45,7 +46,7 @@ def random_keys(
     ds: Sequence[int] = DEFAULT_DS,
     trials: int = 100,
     seed: int = 0,
-    tol: float = 1e-9,
+    tol: float = HullRequest.tol,
     method: str = "fast",
 ) -> dict[str, Any]:
     """Mean fraction of unselectable standard-normal keys over an (n, d) grid, without and with LN.

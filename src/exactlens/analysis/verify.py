@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from exactlens import tasks
+from exactlens.analysis.verify_request import PrecisionRequest, VerifyRequest
 from exactlens.constructions.registry import Construction, get
 from exactlens.devices import device_name
 from exactlens.dtypes import dtype_name
@@ -155,7 +156,7 @@ def check_request(model: ExactTransformer, task: tasks.Task, lengths: Iterable[i
 def verify_model(
     model: ExactTransformer,
     lengths: Iterable[int],
-    strings: int = 1000,
+    strings: int = VerifyRequest.strings,
     seed: int = 0,
     exhaustive_limit: int = 4096,
     task: tasks.Task | None = None,
@@ -192,7 +193,7 @@ def verify_model(
 def verify(
     name: str,
     lengths: Iterable[int],
-    strings: int = 1000,
+    strings: int = VerifyRequest.strings,
     dtype: str = "float32",
     seed: int = 0,
     exhaustive_limit: int = 4096,
@@ -288,7 +289,7 @@ def precision(
     name: str,
     dtype: str = "float32",
     max_length: int = 1000,
-    strings: int = 64,
+    strings: int = PrecisionRequest.strings,
     seed: int = 0,
     params: dict[str, Any] | None = None,
     lengths: Sequence[int] | None = None,

@@ -15,10 +15,10 @@ import sys
 
 from exactlens.errors import ExactLensError, one_line
 from exactlens.progress import set_quiet
-from exactlens.verbs import VERBS, Verb, VerbSpec, load_core_verbs, messages_on, register_verb
+from exactlens.verb_registry import VERBS, VerbSpec, load_core_verbs, messages_on
 from exactlens.version import __version__
 
-__all__ = ["Verb", "build_parser", "main", "register_verb"]
+__all__ = ["build_parser", "main"]
 
 GLOBAL_FLAGS = ("--quiet", "--debug")
 """Options of ``exactlens`` itself that take no value: accepted before or after the verb."""
@@ -31,13 +31,8 @@ def _chosen_verb(argv: list[str] | None) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
-def _add_verb(sub: argparse._SubParsersAction, verb: VerbSpec | Verb, with_arguments: bool) -> None:
+def _add_verb(sub: argparse._SubParsersAction, verb: VerbSpec, with_arguments: bool) -> None:
     p = sub.add_parser(verb.name, help=verb.help, description=verb.description or verb.help)
-    if isinstance(verb, Verb):  # a plug-in's verb in the older form: its own argparse and run(args)
-        if with_arguments:
-            verb.add_arguments(p)
-        p.set_defaults(func=verb.run)
-        return
     if with_arguments:
         from exactlens.requests import add_arguments
 
@@ -61,7 +56,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no progress bars (they go to stderr, only to a "
                         "terminal; also after the verb)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for verb in sorted((v for v in VERBS.values() if getattr(v, "cli", True)), key=lambda v: (v.order, v.name)):
+    for verb in sorted((v for v in VERBS.values() if v.cli), key=lambda v: (v.order, v.name)):
         _add_verb(sub, verb, argv is None or verb.name == chosen)
     return parser
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from exactlens.errors import ExactLensError
-from exactlens.requests import Kind
+from exactlens.requests import Kind, option
 
-__all__ = ["POSITIONS", "Readout", "ReadoutKind", "default_readout", "parse_readout"]
+__all__ = ["POSITIONS", "Readout", "ReadoutKind", "default_readout", "parse_readout", "readout_option"]
 
 POSITIONS = ("cls", "last", "every")
 FORMAT = "POSITION[/OUTPUTS] with POSITION cls, last, every or an integer, OUTPUTS K, A-B or A:B (e.g. last/1-0)"
@@ -155,3 +155,10 @@ class ReadoutKind(Kind):
     def check(self, name: str, value: Any) -> Any:
         parse_readout(value)
         return value
+
+
+def readout_option() -> Any:
+    """``--readout``: where a model exactlens did not build answers."""
+    return option(None, kind=ReadoutKind(), metavar="POSITION[/OUTPUTS]",
+                  help="where such a model answers and which outputs (cls, last, every or a position, optionally "
+                       "/K, /A-B, /A:B; in Python also a callable; default: the task's)")

@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 import warnings
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -59,8 +59,8 @@ from exactlens.errors import ExactLensError
 from exactlens.model.config import ExactConfig
 from exactlens.model.positional import evaluate_features
 
-if TYPE_CHECKING:
-    from exactlens.model.transformer import ExactTransformer
+# A model here is an ExactTransformer, annotated as its base class torch.nn.Module: exactlens.model.transformer
+# imports this module, so this one does not import it.
 
 TARGETS = ("hooked_transformer", "bridge")
 TARGET_NAMES = {
@@ -186,7 +186,7 @@ def _raise_problems(problems: list[str], target: str) -> None:
         raise ExactLensError(f"cannot export to {TARGET_NAMES[target]}: {items}")
 
 
-def exported_state_dict(model: ExactTransformer, length: int | None = None) -> tuple[dict[str, torch.Tensor], int]:
+def exported_state_dict(model: torch.nn.Module, length: int | None = None) -> tuple[dict[str, torch.Tensor], int]:
     """HookedTransformer-format weights of the export and its n_ctx.
 
     The positional table is materialized (see the module docstring); for RMS
@@ -252,7 +252,7 @@ def _common_fields(cfg: ExactConfig, n_ctx: int) -> dict[str, Any]:
     )
 
 
-def export_positions(model: ExactTransformer, length: int | None = None, positions: int | None = None,
+def export_positions(model: torch.nn.Module, length: int | None = None, positions: int | None = None,
                      symbols: int | None = None) -> int | None:
     """The number of positions an export is built for, from ``positions`` (``length`` is its older name:
     positions, special tokens included) or ``symbols`` (a word's length: the task's [CLS]/[EOS] are added)."""
@@ -270,7 +270,7 @@ def export_positions(model: ExactTransformer, length: int | None = None, positio
     return symbols + tasks.of_model(model).n_specials
 
 
-def guard_positions(exported: Any, model: ExactTransformer, n_ctx: int) -> Any:
+def guard_positions(exported: Any, model: torch.nn.Module, n_ctx: int) -> Any:
     """An export of positional features (a table for one length) refuses tokens of a number of positions at
     which the table's rows differ from the features (e.g. i/n), which it would answer silently wrong; shorter
     inputs whose features do not depend on n (e.g. I[i=1]) are kept."""
@@ -295,7 +295,7 @@ def guard_positions(exported: Any, model: ExactTransformer, n_ctx: int) -> Any:
     return exported
 
 
-def to_hooked_transformer(model: ExactTransformer, length: int | None = None, *, positions: int | None = None,
+def to_hooked_transformer(model: torch.nn.Module, length: int | None = None, *, positions: int | None = None,
                           symbols: int | None = None) -> Any:
     """A TransformerLens < 4 ``HookedTransformer`` computing the same logits.
 
@@ -334,7 +334,7 @@ def to_hooked_transformer(model: ExactTransformer, length: int | None = None, *,
     return guard_positions(tl_model.eval(), model, n_ctx)
 
 
-def to_bridge(model: ExactTransformer, length: int | None = None, *, positions: int | None = None,
+def to_bridge(model: torch.nn.Module, length: int | None = None, *, positions: int | None = None,
               symbols: int | None = None) -> Any:
     """A TransformerLens >= 4 ``TransformerBridge`` computing the same logits.
 

@@ -21,21 +21,19 @@ attn_bias=False) keep their values. ``ExactTransformer.init_weights`` calls this
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 
 from exactlens.errors import ExactLensError
-
-if TYPE_CHECKING:
-    from exactlens.model.transformer import ExactTransformer
 
 
 def _uniform(shape: torch.Size, bound: float, gen: torch.Generator) -> torch.Tensor:
     return (torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1) * bound
 
 
-def initialize(model: ExactTransformer, generator: torch.Generator, scale: float = 1.0) -> ExactTransformer:
+def initialize(model: torch.nn.Module, generator: torch.Generator, scale: float = 1.0) -> torch.nn.Module:
+    """``model``: an ExactTransformer (annotated as its base class: exactlens.model.transformer imports this module,
+    so this one does not import it)."""
     if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale >= 0):
         raise ExactLensError(f"scale must be a finite number >= 0, got {scale!r}")
     cfg = model.cfg

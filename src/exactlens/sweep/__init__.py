@@ -184,4 +184,4 @@ def _train_cost(job: Job) -> tuple[int, int]:
     return cost.words, int(cost.disk)
 
 
-make_callable(sys.modules[__name__], "exactlens.api:sweep")  # el.sweep(...) runs the API verb
+make_callable(sys.modules[__name__], "sweep")  # el.sweep(...) runs the verb (found in the registry)

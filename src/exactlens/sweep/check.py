@@ -1,62 +1,41 @@
 """A job's options checked before anything runs: with its verb's request (exactlens.requests.from_call, the
 same check as ``el.VERB(...)``), and for ``train`` also with the preset (unknown training options, bad values).
-
-A function registered with ``exactlens.api.register_api`` (no request class) is checked against its
-signature."""
+Verbs are found by name in the registry (exactlens.verb_registry), so the sweep engine imports no verb."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 from exactlens.errors import ExactLensError
+from exactlens.verb_registry import VERBS, VerbSpec, find_verb
 
-__all__ = ["PARENT_OUTPUT", "check_job", "first_parameter", "parameters", "takes_seed"]
+__all__ = ["PARENT_OUTPUT", "check_job", "first_parameter", "parameters", "takes_seed", "verb_spec"]
 
 PARENT_OUTPUT = "<parent output>"  # what a `then` job's first argument is while its options are checked
 SET_BY_SWEEP = ("out", "overwrite", "seed", "seeds")  # each job's directory and seed are the sweep's
 
 
-def _spec(verb: str) -> Any:
-    from exactlens.verbs import VERBS, load_core_verbs
-
-    load_core_verbs()
-    from exactlens.plugins import load_plugins
-
-    load_plugins()
-    return VERBS.get(verb)
-
-
-def _api(verb: str) -> Callable[..., Any] | None:
-    from exactlens.api import API
-
-    try:
-        return API[verb]
-    except KeyError:
-        return None
+def verb_spec(verb: str) -> VerbSpec:
+    """The verb a job names, with an API (its function is what the job runs); else an error listing them."""
+    spec = find_verb(verb)
+    if spec is None or not spec.api:
+        names = sorted(n for n, v in VERBS.items() if v.api)
+        raise ExactLensError(f"unknown verb {verb!r}; verbs: {', '.join(names)}")
+    return spec
 
 
 def parameters(verb: str) -> tuple[list[str], list[str], bool]:
-    """The verb's positional parameters, its keyword ones, and whether it takes other keywords."""
-    from exactlens.verbs import VerbSpec
+    """The verb's positional parameters, its keyword ones, and whether it takes other keywords (none for a verb
+    that is not registered)."""
+    from exactlens.requests import api_parameters
 
-    spec = _spec(verb)
-    if isinstance(spec, VerbSpec):
-        from exactlens.requests import api_parameters
-
-        params, extra = api_parameters(spec.request)
-        positional = [n for n, _, o in params if o.positional_in_api]
-        return positional, [n for n, _, _ in params if n not in positional], extra is not None
-    function = _api(verb)
-    if function is None:
+    spec = find_verb(verb)
+    if spec is None:
         return [], [], False
-    sig = inspect.signature(function)
-    positional = [n for n, p in sig.parameters.items()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    keyword = [n for n, p in sig.parameters.items() if p.kind == p.KEYWORD_ONLY]
-    more = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-    return positional, keyword, more
+    params, extra = api_parameters(spec.request)
+    positional = [n for n, _, o in params if o.positional_in_api]
+    return positional, [n for n, _, _ in params if n not in positional], extra is not None
 
 
 def first_parameter(verb: str) -> str | None:
@@ -77,17 +56,14 @@ def takes_out(verb: str) -> bool:
 def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[str], str], runs: int = 1) -> None:
     """Raise ExactLensError naming the spec's line (``at(key)``) where the job cannot run; ``runs``: how many
     seeds of a train job train together (its stack)."""
-    from exactlens.verbs import VerbSpec
-
-    spec = _spec(verb)
-    if spec is None or _api(verb) is None:
-        from exactlens.api import API
-
-        raise ExactLensError(f"{at('verb')}: unknown verb {verb!r}; verbs: {', '.join(sorted(API))}")
+    try:
+        spec = verb_spec(verb)
+    except ExactLensError as err:
+        raise ExactLensError(f"{at('verb')}: {err}") from None
     fixed = [k for k in options if k in SET_BY_SWEEP]
     if fixed:
         raise ExactLensError(f"{at(fixed[0])}: {fixed[0]!r} is set by the sweep (each job's directory and seed)")
-    positional, keyword, more = parameters(verb)
+    positional = parameters(verb)[0]
     args: list[Any] = []
     if chained:
         if not positional:
@@ -97,21 +73,14 @@ def check_job(verb: str, options: dict[str, Any], chained: bool, at: Callable[[s
         args = [PARENT_OUTPUT]
     request = None
     try:
-        if isinstance(spec, VerbSpec):
-            from exactlens.requests import from_call
+        from exactlens.requests import from_call
 
-            request = from_call(verb, spec.request, args, options)
-            params, name = getattr(request, "params", None), getattr(request, "name", None)
-            if params and isinstance(name, str):  # a construction's parameters (the request's extra keywords)
-                from exactlens.constructions import get
+        request = from_call(verb, spec.request, args, options)
+        params, name = getattr(request, "params", None), getattr(request, "name", None)
+        if params and isinstance(name, str):  # a construction's parameters (the request's extra keywords)
+            from exactlens.constructions import get
 
-                get(name).resolve(params)
-        else:
-            unknown = [k for k in options if k not in positional + keyword and not more]
-            if unknown:
-                raise ExactLensError(f"el.{verb} has no option {unknown[0]!r}; its options: "
-                                     f"{', '.join(positional + keyword)}")
-            inspect.signature(_api(verb)).bind(*args, **options)
+            get(name).resolve(params)
         _check_cost(verb, options, request, runs)
     except ExactLensError as err:
         key = next((k for k in options if repr(k) in str(err) or f"{k}=" in str(err) or f"{k} " in str(err)), "verb")

@@ -94,7 +94,7 @@ def _row(job: Job, status: str, seconds: float, error: str | None = None, headli
 
 def _headline(result: Any) -> dict[str, Any]:
     from exactlens.results import VIEWS
-    from exactlens.verbs import load_core_verbs
+    from exactlens.verb_registry import load_core_verbs
 
     load_core_verbs()  # the views register with their verbs (a fresh worker has imported none)
     view = VIEWS.get(getattr(result, "kind", ""))
@@ -165,8 +165,8 @@ def _parent_ok(job: Job, root: Path, rows: dict[str, dict[str, Any]]) -> str | N
 
 
 def _run_one(job: Job, root: Path, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    from exactlens.api import API
-    from exactlens.sweep.check import first_parameter, takes_out
+    from exactlens.sweep.check import first_parameter, takes_out, verb_spec
+    from exactlens.verb_registry import verb_function
 
     blocked = _parent_ok(job, root, rows)
     if blocked is not None:
@@ -189,7 +189,7 @@ def _run_one(job: Job, root: Path, rows: dict[str, dict[str, Any]]) -> dict[str,
         output = scratch / OUTPUT
         if takes_out(job.verb):
             options["out"] = str(output)
-        result = API[job.verb](*args, **options)
+        result = verb_function(verb_spec(job.verb))(*args, **options)  # as el.VERB(...) runs it
         seconds = time.perf_counter() - start
         failure = getattr(result, "failure", None)
         data = result.to_dict() if hasattr(result, "to_dict") else jsonable(result)

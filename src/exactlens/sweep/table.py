@@ -96,7 +96,7 @@ def _label(row: dict[str, Any]) -> str:
 
 def _plots(rows: list[dict[str, Any]]) -> list[str]:
     """One PNG per verb and numeric headline figure: the value of each job (one dot per seed) per grid point."""
-    from exactlens.verbs.common import pyplot
+    from exactlens.viz.backend import pyplot
 
     ok = [r for r in rows if r["status"] == "ok"]
     images = []

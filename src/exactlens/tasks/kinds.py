@@ -25,15 +25,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from exactlens.errors import ExactLensError
 
-if TYPE_CHECKING:
-    from exactlens.tasks.base import Task
+
+class TaskLike(Protocol):
+    """What this module reads of a task (exactlens.tasks.base.Task, which imports this module: the protocol keeps
+    the import one way)."""
+
+    name: str
+    kind: str
+    n_specials: int
+    symbol_offset: int
+
+    @property
+    def classes(self) -> Any: ...
+
+    def target_mask(self, *args: Any, **kwargs: Any) -> Any: ...
+
 
 KINDS = ("membership", "classification", "prediction", "regression")
 READOUTS = {
@@ -59,7 +72,7 @@ def _shape(outputs: torch.Tensor) -> str:
 # ---- per-position layout ---------------------------------------------------------------------
 
 
-def symbol_outputs(task: Task, outputs: torch.Tensor) -> torch.Tensor:
+def symbol_outputs(task: TaskLike, outputs: torch.Tensor) -> torch.Tensor:
     """Per-position outputs [B, pos, ...] -> the outputs at the symbol positions [B, L, ...]
     (L = pos - specials; rows shorter than the widest are masked by ``valid_targets``)."""
     if outputs.ndim < 2:
@@ -71,7 +84,8 @@ def symbol_outputs(task: Task, outputs: torch.Tensor) -> torch.Tensor:
     return outputs[:, task.symbol_offset : task.symbol_offset + width]
 
 
-def valid_targets(task: Task, n_positions: torch.Tensor, width: int, truth: torch.Tensor | None = None) -> torch.Tensor:
+def valid_targets(task: TaskLike, n_positions: torch.Tensor, width: int,
+                  truth: torch.Tensor | None = None) -> torch.Tensor:
     """bool [B, width]: which symbol positions of each row carry a target (``truth``: the targets,
     whose undefined entries carry none)."""
     return task.target_mask(n_positions - task.n_specials, width, truth)
@@ -80,7 +94,7 @@ def valid_targets(task: Task, n_positions: torch.Tensor, width: int, truth: torc
 # ---- deciding ----------------------------------------------------------------------------------
 
 
-def decide(task: Task, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+def decide(task: TaskLike, outputs: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
     """The standard decision of the task's kind: membership bits, class indices (one per word or
     one per symbol position) or values."""
     kind = task.kind
@@ -97,7 +111,7 @@ def decide(task: Task, outputs: torch.Tensor, n_positions: torch.Tensor) -> torc
     return _regression_values(task, per_position)
 
 
-def margin(task: Task, outputs: torch.Tensor, n_positions: torch.Tensor,
+def margin(task: TaskLike, outputs: torch.Tensor, n_positions: torch.Tensor,
            truth: torch.Tensor | None = None) -> torch.Tensor | None:
     """Per word, the distance of the outputs from the decision boundary (|logit|, or the gap
     between the two largest logits, the smallest over a word's target positions, ``truth``
@@ -122,7 +136,7 @@ def _top_gap(logits: torch.Tensor) -> torch.Tensor:
     return top[..., 0] - top[..., 1]
 
 
-def _membership_logit(task: Task, outputs: torch.Tensor) -> torch.Tensor:
+def _membership_logit(task: TaskLike, outputs: torch.Tensor) -> torch.Tensor:
     """A membership model's evidence for "accept": its logit, or logit(1) - logit(0) of two classes."""
     if outputs.ndim == 2 and outputs.shape[1] == 1:
         outputs = outputs[:, 0]
@@ -136,7 +150,7 @@ def _membership_logit(task: Task, outputs: torch.Tensor) -> torch.Tensor:
     )
 
 
-def _check_classes(task: Task, logits: torch.Tensor, ndim: int) -> None:
+def _check_classes(task: TaskLike, logits: torch.Tensor, ndim: int) -> None:
     if logits.ndim != ndim or logits.shape[-1] != len(task.classes):
         layout = "[batch, classes]" if ndim == 2 else "[batch, pos, classes]"
         raise ExactLensError(
@@ -145,7 +159,7 @@ def _check_classes(task: Task, logits: torch.Tensor, ndim: int) -> None:
         )
 
 
-def _regression_values(task: Task, per_position: torch.Tensor) -> torch.Tensor:
+def _regression_values(task: TaskLike, per_position: torch.Tensor) -> torch.Tensor:
     if per_position.ndim == 3 and per_position.shape[-1] == 1:
         return per_position[..., 0]
     if per_position.ndim == 2:
@@ -159,7 +173,7 @@ def _regression_values(task: Task, per_position: torch.Tensor) -> torch.Tensor:
 # ---- losses and scores -------------------------------------------------------------------------
 
 
-def loss(task: Task, outputs: torch.Tensor, targets: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+def loss(task: TaskLike, outputs: torch.Tensor, targets: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
     """Per-word training loss [B]: cross-entropy in nats (membership, classification; prediction:
     mean over the word's target positions) or the mean squared error (regression)."""
     kind = task.kind
@@ -188,7 +202,7 @@ def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 def cross_entropy_bits(
-    task: Task, outputs: torch.Tensor, targets: torch.Tensor, n_positions: torch.Tensor
+    task: TaskLike, outputs: torch.Tensor, targets: torch.Tensor, n_positions: torch.Tensor
 ) -> torch.Tensor | None:
     """Cross-entropy in bits per word (membership, classification; Chiang & Cholak's measure) or per
     predicted position, averaged over the word (prediction), computed in float64 from the outputs;
@@ -220,7 +234,7 @@ class Scores:
 
 
 def score(
-    task: Task,
+    task: TaskLike,
     predictions: torch.Tensor,
     targets: torch.Tensor,
     n_positions: torch.Tensor,

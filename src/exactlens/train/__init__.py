@@ -32,4 +32,4 @@ __all__ = [
 __getattr__, __dir__ = lazy_names(__name__, _WHERE, submodules=True)
 
 
-make_callable(sys.modules[__name__], "exactlens.api:train")  # el.train(...) runs the API verb
+make_callable(sys.modules[__name__], "train")  # el.train(...) runs the verb (found in the registry)

@@ -26,7 +26,10 @@ __all__ = [
 
 OPTIMIZERS = ("adam", "lbfgs")
 LR_SCHEDULES = ("constant", "linear", "warmup_linear")
-LAYER_NORM_CHOICES = ("full", "scale_only", "none", "post", "pre")  # post/pre: models shaped like a construction
+LAYER_NORM_CHOICES = ("full", "scale_only", "none", "post", "pre")
+"""Every ``layer_norm`` choice, declared once; ``EVERY_LAYER`` of them only for models shaped like a construction
+(exactlens.train.shaped), the rest for every preset (exactlens.train.presets.LAYER_NORMS)."""
+EVERY_LAYER = ("post", "pre")  # that layer norm in every layer
 
 
 @dataclass(frozen=True)

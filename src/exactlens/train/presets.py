@@ -27,7 +27,9 @@ from exactlens.model import ExactConfig, ExactTransformer
 from exactlens.train import shaped
 from exactlens.train.metrics import Metric
 from exactlens.train.options import (  # noqa: F401 (their old home)
+    EVERY_LAYER,
     GENERIC_DEFAULTS,
+    LAYER_NORM_CHOICES,
     LR_SCHEDULES,
     OPTIMIZERS,
     OPTION_DOCS,
@@ -198,7 +200,8 @@ def validate_generic(o: Options) -> None:
 
 ARCHITECTURE_OPTIONS: dict[str, str] = {name: OPTION_DOCS[name] for name in ("scaled", "layer_norm")}
 """The options a comparable model's preset uses (list them in ``Preset.options``)."""
-LAYER_NORMS = ("full", "scale_only", "none")
+LAYER_NORMS = tuple(c for c in LAYER_NORM_CHOICES if c not in EVERY_LAYER)
+"""The ``layer_norm`` choices of a comparable model's preset (exactlens.train.options.LAYER_NORM_CHOICES)."""
 
 
 def check_architecture_options(o: Options) -> None:

@@ -6,24 +6,21 @@ defaults of models shaped like constructions. Plug-ins register into them (exact
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from exactlens.errors import ExactLensError
 from exactlens.plugins import Lazy, Registry
 
-if TYPE_CHECKING:
-    from exactlens.train.presets import Preset
-
 PRESET_FACTS = ("task", "paper", "summary")
 
 
-def _preset_facts(preset: Preset) -> dict[str, Any]:
+def _preset_facts(preset: Any) -> dict[str, Any]:
     return {"task": preset.task, "paper": preset.paper, "summary": preset.summary}
 
 
 def _is_preset(obj: Any) -> bool:
-    """A Preset (exactlens.train.presets), recognised by its fields: importing that module here would make
-    registry <-> presets a circle (presets re-exports this registry)."""
+    """A Preset (exactlens.train.presets), recognised by its fields: this module imports no preset module (presets
+    re-exports this registry, so importing it here, even for annotations, would close a circle)."""
     return type(obj).__name__ == "Preset" and all(hasattr(obj, f) for f in ("name", *PRESET_FACTS, "spec"))
 
 
@@ -35,11 +32,11 @@ def _accept_preset(name: str, preset: Any) -> None:
 
 # The declared facts only feed the listing: tests compare them with the presets
 # (plugins.check_declared_facts); using a preset does not fail over a summary that drifted.
-PRESETS: dict[str, Preset] = Registry("training presets", describe=_preset_facts, accept=_accept_preset,
+PRESETS: dict[str, Any] = Registry("training presets", describe=_preset_facts, accept=_accept_preset,
                                       check_info=False)
 
 
-def register_preset(preset: Preset | Lazy, name: str | None = None) -> Preset | Lazy:
+def register_preset(preset: Any, name: str | None = None) -> Any:
     """Add a training preset (``exactlens train NAME``): a Preset, or ``lazy("module:PRESET", task=...,
     paper=..., summary=...)`` with ``name`` (checked against the preset when it is imported)."""
     from exactlens.plugins import Lazy
@@ -84,3 +81,4 @@ def register_task_defaults(task: str, options: dict[str, Any] | Lazy) -> None:
     if TASK_DEFAULTS.peek(task) not in (None, options):
         raise ExactLensError(f"training defaults for task {task!r} are already registered")
     TASK_DEFAULTS[task] = dict(options) if isinstance(options, dict) else options
+

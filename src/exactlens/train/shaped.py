@@ -34,6 +34,7 @@ from exactlens import tasks
 from exactlens.constructions import registry as constructions
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig
+from exactlens.train.options import EVERY_LAYER, LAYER_NORM_CHOICES
 from exactlens.train.registry import TASK_DEFAULTS, register_task_defaults  # noqa: F401 (re-exported)
 
 HARD_WEIGHTINGS = ("average_hard", "unique_hard_left", "unique_hard_right")
@@ -61,7 +62,6 @@ SHAPED_OPTIONS: dict[str, str] = {
     "params": "the construction's builder parameters, as a JSON object (e.g. {\"k\": 2, \"D\": 3} for dyck-k-D); "
     "they fix the task's parameters as they do for the construction",
 }
-SHAPED_LAYER_NORMS = ("full", "scale_only", "none", "post", "pre")
 
 def task_defaults(task: str) -> dict[str, Any]:
     """The registered training settings of a task over GENERIC_TASK_DEFAULTS."""
@@ -85,7 +85,7 @@ def shaped_config(construction: constructions.Construction, task: tasks.Task, o:
             f"{construction.name}: d_model={o['d_model']} must be a multiple of its {exact.n_heads} heads"
         )
     norms = exact.per_layer("normalization")
-    if o["layer_norm"] in ("post", "pre"):
+    if o["layer_norm"] in EVERY_LAYER:
         norms = (o["layer_norm"],) * layers
     elif o["layer_norm"] == "none":
         norms = ("none",) * layers
@@ -165,9 +165,9 @@ def shaped_preset_fields(name: str) -> dict[str, Any]:
             o["d_mlp"] = MLP_RATIO * o["d_model"] if exact.d_mlp and isinstance(o["d_model"], int) else 0
 
     def validate(o: dict[str, Any]) -> None:
-        if o["layer_norm"] not in SHAPED_LAYER_NORMS:
+        if o["layer_norm"] not in LAYER_NORM_CHOICES:
             raise ExactLensError(
-                f"layer_norm={o['layer_norm']!r} is not allowed; choose one of {', '.join(SHAPED_LAYER_NORMS)}"
+                f"layer_norm={o['layer_norm']!r} is not allowed; choose one of {', '.join(LAYER_NORM_CHOICES)}"
             )
         built = construction.make(**o["params"])  # its limits: the construction's, the task's, a learned table's
         for key in ("train_length", "test_length"):

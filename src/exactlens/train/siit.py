@@ -5,7 +5,8 @@ so that an interchange intervention on the site aligned with a high-level variab
 as the same intervention changes the high-level model's. SIIT (Gupta et al. 2024, InterpBench) adds
 strictness: resampling any component *not* aligned with a variable must leave the output unchanged.
 Here the high-level model is the exact construction the trained model is shaped like, its variables
-are the diff's (exactlens.analysis.diff.alignment.variables.exact_variables) and the alignment is
+are the diff's (exactlens.analysis.diff.alignment.variables.exact_variables, provided from the layer above:
+exactlens.analysis.diff.siit_side) and the alignment is
 exactlens.train.siit_map's. Each training step adds, through the preset's ``penalty`` hook of the one
 training loop (exactlens.train.loop), on a batch of (base, source) pairs of words of one length:
 
@@ -43,6 +44,7 @@ import torch
 from exactlens import tasks
 from exactlens.constructions import registry as constructions
 from exactlens.errors import ExactLensError
+from exactlens.lazy import provided
 from exactlens.tasks import kinds
 from exactlens.train.siit_map import check_map, component_hooks, derive_map, read_map
 
@@ -87,10 +89,10 @@ class Circuit:
 def high_level(spec: Any, user_map: Any = None) -> Circuit:
     """The exact side, its variables (checked against the user's mapping, else mapped by siit_map's rule),
     and the pairs of the training lengths."""
-    from exactlens.analysis.diff.alignment.pairs import make_pairs
-    from exactlens.analysis.diff.alignment.variables import exact_variables
-    from exactlens.analysis.diff.probes import feature_scopes, probe_table
-    from exactlens.analysis.diff.runs import make_side, run_exact, with_trained
+    side = provided("siit_side")  # the analysis layer's pieces, provided from above (exactlens.analysis.diff.siit_side)
+    make_pairs, exact_variables, feature_scopes, probe_table = (side.make_pairs, side.exact_variables,
+                                                                side.feature_scopes, side.probe_table)
+    make_side, run_exact, with_trained = side.make_side, side.run_exact, side.with_trained
 
     name, params = construction_of(spec)
     construction = constructions.get(name)
@@ -145,10 +147,8 @@ def high_level(spec: Any, user_map: Any = None) -> Circuit:
 
 def _exact_circuit(model: Any) -> dict[str, Any]:
     """The construction's ground-truth circuit at head granularity, as ``exactlens circuit --out`` writes it."""
-    from exactlens.analysis.circuit.truth import derive_circuit
-
     try:
-        return derive_circuit(model, "head").to_dict()
+        return provided("siit_side").derive_circuit(model, "head").to_dict()
     except ExactLensError as err:  # a model the circuit reader does not take: say so, keep the sites
         return {"error": str(err)}
 
@@ -250,9 +250,7 @@ def unmapped_masks(circuit: Circuit, model: Any, n_positions: torch.Tensor, widt
 
 def _targets_kept(cf: torch.Tensor) -> torch.Tensor:
     """Rows with an answer (the exact model's counterfactual can tie: variables.TIED)."""
-    from exactlens.analysis.diff.alignment.variables import TIED
-
-    keep = cf != TIED
+    keep = cf != provided("siit_side").TIED
     return keep.reshape(len(cf), -1).all(1)
 
 
@@ -359,8 +357,7 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
     """On the held-out pairs: each mapped variable's interchange accuracy (all pairs; pairs whose
     counterfactual differs from the base answer) and, per unmapped part of each component output, the
     share of words whose decision changes when it alone is resampled (strictness: 0 is strict)."""
-    from exactlens.analysis.diff.runs import same_decisions
-
+    same_decisions = provided("siit_side").same_decisions
     circuit, task = loss.circuit, loss.circuit.task
     device = next(model.parameters()).device
     params = {name: p.detach()[None] for name, p in model.named_parameters()}

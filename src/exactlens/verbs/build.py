@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from exactlens.requests import DType, Pairs, Text, option
+from exactlens.requests import DType, Pairs, Text, device_option, option
 from exactlens.verbs import VerbSpec, register_verb
-from exactlens.verbs.common import device_option
 
 
 @dataclass(frozen=True)

@@ -3,37 +3,20 @@ dtype; for a model, where it stops answering right and whether floating point is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from exactlens.analysis.verify_request import PrecisionRequest
 from exactlens.errors import ExactLensError
-from exactlens.requests import Int, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.common import (
-    ConstructionRequest,
-    model_target_option,
-    per_length_plot,
-    readout_option,
-    task_option,
-)
-
-
-@dataclass(frozen=True)
-class PrecisionRequest(ConstructionRequest):
-    name: Any = model_target_option()
-    max_length: int | None = option(None, kind=Int(1), help="longest length scanned (default 1000, or the "
-                                    "construction's longest stated length; a model's: its position table's)")
-    strings: int = option(64, kind=Int(1), help="random strings per length, plus the hard ones")
-    task: str | None = task_option()
-    readout: Any = readout_option()
+from exactlens.verbs.common import per_length_plot
 
 
 def run(request: PrecisionRequest) -> Result:
     from exactlens.analysis.verify import precision
     from exactlens.constructions import get
     from exactlens.devices import resolve_device
-    from exactlens.verbs.model_target import is_construction
+    from exactlens.interop.model_target import is_construction
 
     if not is_construction(request.name):
         return Result("precision", model_precision(request))
@@ -58,7 +41,7 @@ def model_precision(request: PrecisionRequest) -> dict[str, Any]:
     from exactlens import tasks
     from exactlens.analysis.verify import precision_grid, scan_exactness
     from exactlens.devices import device_name, resolve_device
-    from exactlens.verbs.model_target import longest_of, model_target, on_device
+    from exactlens.interop.model_target import longest_of, model_target, on_device
 
     target = model_target(request.name, request.task, request.readout, request.params)
     longest = longest_of(target)
@@ -89,7 +72,7 @@ def _float64_check(model: Any, reader: Any, rows: list, request: PrecisionReques
     there (training, not rounding); fewer mean floating point costs the model's dtype those words."""
     from exactlens.analysis.verify import _check_length
     from exactlens.devices import resolve_device
-    from exactlens.verbs.model_target import in_float64, on_device
+    from exactlens.interop.model_target import in_float64, on_device
 
     if first_failure is None:
         return {"applies": False, "reason": "no checked length fails: nothing for floating point to explain"}

@@ -7,10 +7,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from exactlens.errors import ExactLensError
-from exactlens.requests import Any_, Bool, Path_, Text, TextList, command_line, option
+from exactlens.interop.readout import readout_option
+from exactlens.requests import Any_, Bool, Path_, Text, TextList, command_line, device_option, option, task_option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb
-from exactlens.verbs.common import device_option, readout_option, task_option
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ReportRequest:
 
 
 def run(request: ReportRequest) -> Result:
-    from exactlens.verbs.model_target import is_construction
+    from exactlens.interop.model_target import is_construction
     from exactlens.viz.page import build_report
 
     if isinstance(request.model, str) and is_construction(request.model):

@@ -14,22 +14,21 @@ each run equals its single --seed run) into DIR/seed{s}/; --json then prints one
 {"runs": [run.json of each seed]}.
 
 The training options' flags are generated from exactlens.train.options.TrainOptions (one flag per
-field, default None: the preset's value); in Python they are keyword arguments (``**options``), checked
-by the same declaration when the preset resolves them.
+field, default None: the preset's value; collected into the request's ``flags``); in Python they are keyword
+arguments (``**options``), checked by the same declaration when the preset resolves them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from exactlens.requests import Bool, Int, IntList, Pairs, Path_, Text, option
+from exactlens.requests import Bool, FlagsOf, Int, IntList, Pairs, Path_, Text, device_option, option
 from exactlens.resources import check_run_count
 from exactlens.results import Result, View
 from exactlens.train.options import TrainOptions
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.common import device_option, pyplot
+from exactlens.verbs.common import pyplot
 
 __all__ = ["TrainRequest", "run", "train_text"]
 
@@ -39,7 +38,10 @@ SEEDS = IntList(0, what="LO:HI (inclusive) or a comma list of integers, all >= 0
 
 
 @dataclass(frozen=True)
-class _TrainBase:
+class TrainRequest:
+    """The options of ``exactlens train`` / ``el.train``: the run's, then the training options (TrainOptions): flags
+    on the command line (``flags``, generated from TrainOptions), keyword arguments in Python (``options``)."""
+
     task: str = option(kind=Text(), positional=True, metavar="NAME", api_name="name",
                        help="a paper preset or any construction name: its task, trained in the construction's shape "
                             "(exactlens list)")
@@ -53,27 +55,15 @@ class _TrainBase:
     options: dict = option({}, kind=Pairs(), flag="--option", dest="option", extra=True,
                            help="any option of the preset (repeatable; values parsed as JSON where possible; in Python "
                                 "every training option is a keyword argument)")
-
-
-def _flag_field(f: dataclasses.Field) -> tuple[str, type, Any]:
-    """A TrainOptions field as a flag of ``exactlens train``: default None (the preset's value; a switch: off),
-    the CLI only (Python passes training options as keyword arguments, where None is a value)."""
-    opt = f.metadata["option"]
-    default = False if isinstance(opt.kind, Bool) else None
-    return f.name, Any, option(default, help=opt.help, kind=opt.kind, metavar=opt.metavar, api=False)
-
-
-TrainRequest = dataclasses.make_dataclass(
-    "TrainRequest", [_flag_field(f) for f in dataclasses.fields(TrainOptions)], bases=(_TrainBase,), frozen=True)
-TrainRequest.__module__ = __name__
-TrainRequest.__doc__ = "The options of ``exactlens train`` / ``el.train``: the run's, then TrainOptions' as flags."
+    flags: dict = option({}, kind=FlagsOf(TrainOptions), api=False,
+                         help="the training options given as flags (--epochs 5, ...): one per TrainOptions field, "
+                              "default the preset's value")
 
 
 def _training_options(request: Any) -> dict[str, Any]:
     """--option pairs and the flags given (a switch only when on); an option given both ways with two values
     is refused (neither silently wins)."""
-    flags = {f.name: getattr(request, f.name) for f in dataclasses.fields(TrainOptions)}
-    given = {name: value for name, value in flags.items() if value is not None and value is not False}  # 0 is a value
+    given = request.flags  # the flags given (a switch only when on; 0 is a value)
     twice = sorted(k for k in set(given) & set(request.options) if given[k] != request.options[k])
     if twice:
         from exactlens.errors import ExactLensError

@@ -1,40 +1,22 @@
 """``exactlens verify NAME | CHECKPOINT_DIR``: accuracy, cross-entropy and margin per length of a construction
 or a model (a checkpoint, an ExactTransformer, a train result, a TransformerLens model with ``task``/``readout``;
-exactlens.verbs.model_target) against its task's answers."""
+exactlens.interop.model_target) against its task's answers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from exactlens.analysis.verify_request import VerifyRequest
 from exactlens.errors import ExactLensError
-from exactlens.requests import Int, Lengths, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.common import (
-    ConstructionRequest,
-    model_target_option,
-    num,
-    per_length_plot,
-    readout_option,
-    task_option,
-)
-
-
-@dataclass(frozen=True)
-class VerifyRequest(ConstructionRequest):
-    name: Any = model_target_option()
-    lengths: list | None = option(None, kind=Lengths(0), help="A:B[:STEP] (inclusive) or a,b,c; default 1:12 (up to "
-                                  "the construction's longest)")
-    strings: int = option(1000, kind=Int(1), help="random strings per length (short lengths: all)")
-    task: str | None = task_option()
-    readout: Any = readout_option()
+from exactlens.verbs.common import num, per_length_plot
 
 
 def run(request: VerifyRequest) -> Result:
     from exactlens.analysis.verify import verify
     from exactlens.constructions import get
-    from exactlens.verbs.model_target import is_construction
+    from exactlens.interop.model_target import is_construction
 
     if not is_construction(request.name):
         return _run_model(request)
@@ -66,7 +48,7 @@ def _run_model(request: VerifyRequest) -> Result:
     from exactlens.analysis.verify import verify_model
     from exactlens.devices import device_name, resolve_device
     from exactlens.interop.foreign import readout_warning
-    from exactlens.verbs.model_target import model_lengths, model_target, on_device
+    from exactlens.interop.model_target import model_lengths, model_target, on_device
 
     target = model_target(request.name, request.task, request.readout, request.params)
     lengths = model_lengths(target, request.lengths)

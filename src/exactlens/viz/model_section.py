@@ -56,14 +56,14 @@ def _source(target: Any) -> str:
 
 
 def _target(spec: dict[str, Any]) -> Any:
-    from exactlens.verbs.model_target import model_target
+    from exactlens.interop.model_target import model_target
 
     return model_target(spec["model"], spec["task"], spec["readout"])
 
 
 def _behaviour(ctx: ReportContext, spec: dict[str, Any], target: Any, s: dict[str, Any]) -> tuple[str, Any]:
     from exactlens.analysis.verify import verify_model
-    from exactlens.verbs.model_target import longest_of, on_device
+    from exactlens.interop.model_target import longest_of, on_device
 
     high = longest_of(target)
     lengths = [n for n in s["lengths"] if n >= target.task.min_length and (high is None or n <= high)]
@@ -94,7 +94,8 @@ def _diff(ctx: ReportContext, spec: dict[str, Any], target: Any, s: dict[str, An
 
 
 def _hull(ctx: ReportContext, spec: dict[str, Any], target: Any, s: dict[str, Any]) -> tuple[str, Any]:
-    from exactlens.verbs.hull import HullRequest, model_report
+    from exactlens.analysis.hull_request import HullRequest
+    from exactlens.analysis.hull_target import model_report
 
     if target.info.get("import_refused"):
         refused = target.info["import_refused"]

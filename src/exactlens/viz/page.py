@@ -319,7 +319,7 @@ def build_report(
         get(name)  # unknown names fail before any work
     user_model = None if model is None else {"model": model, "against": against, "task": task, "readout": readout}
     if model is not None:  # a model that cannot be read, or a wrong task or readout, fails before any work
-        from exactlens.verbs.model_target import model_target
+        from exactlens.interop.model_target import model_target
 
         model_target(model, task, readout)
     where = resolve_device(device)

@@ -19,8 +19,8 @@ import torch
 from exactlens.analysis.verify import verify
 from exactlens.constructions import build, get, names
 from exactlens.errors import ExactLensError
-from exactlens.languages import get as get_language
 from exactlens.papers.chiang_cholak import constructions as cc
+from exactlens.tasks import get as get_language
 
 # This file checks the Chiang & Cholak entries; other papers' constructions have their own tests.
 CC_NAMES = [n for n in names() if get(n).paper.startswith("Chiang & Cholak")]

@@ -10,7 +10,7 @@ import torch
 from exactlens.analysis.verify import precision, verify
 from exactlens.constructions import build, get
 from exactlens.errors import ExactLensError
-from exactlens.languages import get as language
+from exactlens.tasks import get as language
 
 DTYPES = ("float32", "float64")
 

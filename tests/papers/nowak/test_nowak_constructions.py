@@ -11,8 +11,8 @@ import torch
 from exactlens.analysis.verify import precision, readout_logits, verify
 from exactlens.constructions import build, get
 from exactlens.errors import ExactLensError
-from exactlens.languages import One, Palindrome
 from exactlens.papers.nowak.constructions import decide_palindrome, palindrome_signal
+from exactlens.tasks import One, Palindrome
 
 DTYPES = ("float32", "float64")
 ONE, PAL = One(), Palindrome()

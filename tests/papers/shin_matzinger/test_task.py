@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from exactlens.errors import ExactLensError
-from exactlens.languages import get
 from exactlens.papers.shin_matzinger.task import PairGenerator, make_q, pair_targets, target_mask
+from exactlens.tasks import get
 
 
 def test_targets_and_mask() -> None:

@@ -6,6 +6,7 @@ Light at import (no torch): the command line builds its parser from it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,8 @@ from exactlens.requests import (
     option,
 )
 
-__all__ = ["CIRCUIT_ABLATIONS", "CIRCUIT_GRANULARITIES", "CIRCUIT_METHODS", "DiffRequest", "ECHOED"]
+__all__ = ["CIRCUIT_ABLATIONS", "CIRCUIT_GRANULARITIES", "CIRCUIT_METHODS", "DiffOptions", "DiffRequest", "ECHOED",
+           "NOT_ECHOED"]
 
 # The circuit package's names (analysis.circuit: METHODS, GRANULARITIES, ABLATIONS; a test keeps them equal),
 # here without importing torch.
@@ -56,8 +58,10 @@ class _ModelDevice(Device):
 
 
 @dataclass(frozen=True)
-class DiffRequest:
-    """``exactlens diff CHECKPOINT_DIR --against NAME ...`` / ``el.diff(trained, against, ...)``."""
+class DiffOptions:
+    """The options of a comparison with an exact construction, declared once: ``exactlens diff`` has them
+    (:class:`DiffRequest`) and the timeline inherits them (exactlens.analysis.timeline.request.TimelineRequest),
+    so a new option is one field here. ``settings`` records those in ``ECHOED``: every field except ``NOT_ECHOED``."""
 
     target: Any = option(positional=True, kind=Any_(), metavar="CHECKPOINT_DIR", api_name="trained",
                          help="a checkpoint directory or a construction name (in Python also a model, or a train "
@@ -74,6 +78,12 @@ class DiffRequest:
                                   help="word lengths A:B[:STEP] or a,b,c (default: 1..32, those both models accept)")
     strings: int = option(64, kind=Int(2), help="words per length (all words where there are fewer)")
     seed: int = option(0, kind=Int(0), help="seed of the words, probe splits, pairs and fits")
+    # Python only (cli=False)
+    exact_dtype: str = option("float64", kind=DType(), cli=False, help="dtype of the exact model (default float64)")
+    test_fraction: float = option(0.3, kind=Float(0.0, 1.0, open_lo=True, open_hi=True), cli=False,
+                                  help="share of the words the probes are scored on (default 0.3)")
+    intervention_pairs: int = option(64, kind=Int(1), cli=False,
+                                     help="interchange pairs per length of the interventions part (default 64)")
     parts: tuple = option(PARTS, kind=TextList(choices=PARTS), metavar="PART,...",
                           help=f"comma-separated parts (default: all of {','.join(PARTS)})")
     das_max_dim: int = option(3, kind=Int(1), help="DAS tries subspace dimensions 1..N (default 3) and a variable's "
@@ -97,22 +107,25 @@ class DiffRequest:
                                    help="what an ablated edge reads: another word of its length, the mean, or a word "
                                         "of another length (sees per-length values such as the length itself); "
                                         "default resample")
-    html: Any = option(None, kind=Path_(), metavar="FILE",
-                       help="also write an HTML page (attention views next to FILE in FILE_stem_files/)")
-    overwrite: bool = option(False, kind=Bool(), help="replace an existing --html page and its views")
     device: Any = option("auto", kind=_ModelDevice(), metavar="{cpu,cuda,mps,auto}",
                          help="where models run: cpu, cuda (or cuda:N), mps, or auto (default: CUDA if present, else "
                               "MPS, else the CPU); both models run there; words and every comparison stay on the CPU")
-    # Python only
-    exact_dtype: str = option("float64", kind=DType(), cli=False, help="dtype of the exact model (default float64)")
-    test_fraction: float = option(0.3, kind=Float(0.0, 1.0, open_lo=True, open_hi=True), cli=False,
-                                  help="share of the words the probes are scored on (default 0.3)")
-    intervention_pairs: int = option(64, kind=Int(1), cli=False,
-                                     help="interchange pairs per length of the interventions part (default 64)")
     quiet: bool = option(True, kind=Bool(), cli=False,
                          help="False: progress messages on stderr (the command line always shows them)")
 
 
-ECHOED = ("strings", "seed", "exact_dtype", "test_fraction", "intervention_pairs", "das_max_dim", "das_steps",
-          "alignment_pairs", "pairs", "untrained_baseline", "circuit_method", "circuit_granularity", "circuit_ablation")
+@dataclass(frozen=True)
+class DiffRequest(DiffOptions):
+    """``exactlens diff CHECKPOINT_DIR --against NAME ...`` / ``el.diff(trained, against, ...)``: the comparison's
+    options (:class:`DiffOptions`) and the diff's page."""
+
+    html: Any = option(None, kind=Path_(), metavar="FILE",
+                       help="also write an HTML page (attention views next to FILE in FILE_stem_files/)")
+    overwrite: bool = option(False, kind=Bool(), help="replace an existing --html page and its views")
+
+
+NOT_ECHOED = ("target", "against", "readout", "param", "lengths", "parts", "device", "quiet")
+"""Options ``settings`` does not record as they are (the result records lengths, skipped lengths, parts and device
+itself)."""
+ECHOED = tuple(f.name for f in dataclasses.fields(DiffOptions) if f.name not in NOT_ECHOED)
 """The request's fields the result's ``settings`` records (beside lengths, skipped lengths, parts, device)."""

@@ -12,37 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from exactlens.errors import ExactLensError
-from exactlens.requests import Bool, Choice, DType, Int, Path_, Text, option
+from exactlens.papers.shin_matzinger.options import PairOptions
+from exactlens.requests import Bool, Int, Path_, Text, device_option, option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
-from exactlens.verbs.common import device_option
-
-
-def _systems() -> tuple[str, ...]:
-    from exactlens.papers.shin_matzinger.training import SYSTEMS
-
-    return tuple(SYSTEMS)
-
-
-def _flavours() -> tuple[str, ...]:
-    from exactlens.papers.shin_matzinger.training import FLAVOURS
-
-    return tuple(FLAVOURS)
 
 
 @dataclass(frozen=True)
-class PairlogicRequest:
-    categories: int = option(10, kind=Int(1), help="N, number of categories (default 10)")
-    positions: int = option(50, kind=Int(1), help="M, sequence length (default 50)")
-    seed: int = option(0, kind=Int(0), help="first training seed (default 0)")
+class PairlogicRequest(PairOptions):  # the options shared with training: exactlens.papers.shin_matzinger.options
     seeds: int = option(1, kind=Int(1), help="number of seeds; the verdicts get a consensus")
-    iterations: int = option(50, kind=Int(1), help="LBFGS iterations (paper: 50)")
-    batch: int = option(1000, kind=Int(1), help="sequences per batch (paper: 1000)")
-    system: str = option("combined", kind=Choice(_systems), help="which system is trained")
-    flavour: str = option("unconstrained", kind=Choice(_flavours), help="the weights' constraint")
-    q: str = option("normal", kind=Choice(("normal", "code")), help="q_true: standard normal or eq. 2.15")
-    q_seed: int = option(0, kind=Int(0), help="seed of q_true")
-    dtype: str = option("float32", kind=DType(), help="float32 or float64")
     checkpoint: str | None = option(None, kind=Path_(), help="analyse a saved model instead of training one")
     save: str | None = option(None, kind=Path_(), help="save each trained model under SAVE/seed<S> (SAVE appears "
                               "when all are done)")
@@ -85,18 +63,7 @@ def _train_seeds(args: PairlogicRequest, root: Path | None) -> list[dict[str, An
 
     runs = []
     for seed in range(args.seed, args.seed + args.seeds):
-        cfg = PairTrainConfig(
-            categories=args.categories,
-            positions=args.positions,
-            batch=args.batch,
-            iterations=args.iterations,
-            system=args.system,
-            flavour=args.flavour,
-            q=args.q,
-            q_seed=args.q_seed,
-            seed=seed,
-            dtype=args.dtype,
-        )
+        cfg = PairTrainConfig(**{**args.shared(), "seed": seed})
         tell(
             f"pairlogic: training {args.system}/{args.flavour}, seed {seed} "
             f"(N={args.categories}, M={args.positions}, {args.iterations} LBFGS iterations)"

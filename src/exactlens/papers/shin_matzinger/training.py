@@ -34,63 +34,39 @@ from typing import Any
 
 import torch
 
-from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.outputs import staged
 from exactlens.papers.shin_matzinger.constructions import PAPER, pair_config, set_one_hot_inputs
+from exactlens.papers.shin_matzinger.options import FLAVOURS, NORMALIZATIONS, SYSTEMS, WEIGHTINGS, PairOptions
 from exactlens.papers.shin_matzinger.task import Pairs, check_categories, check_positions
+from exactlens.requests import Choice, Float, Int, option
 from exactlens.train import Preset, fit_into
 from exactlens.train.data import check_lengths
 from exactlens.train.loop import new_model, seed_generators
 
-SYSTEMS = ("solution1", "solution2", "solution3", "combined")
-FLAVOURS = ("solution1", "solution2", "solution3", "unconstrained")
-NORMALIZATIONS = ("post", "none")
-WEIGHTINGS = ("none", "softmax")
 
+@dataclass(frozen=True)
+class PairTrainConfig(PairOptions):
+    """One training run: the options shared with ``exactlens pairlogic`` (PairOptions: categories, positions, seed,
+    iterations, batch, system, flavour, q, q_seed, dtype) and training's own; each checked by its kind."""
 
-@dataclass
-class PairTrainConfig:
-    categories: int = 10
-    positions: int = 50
-    batch: int = 1000
-    iterations: int = 50
-    system: str = "combined"
-    flavour: str = "unconstrained"  # only for system="combined"
-    lean: float = 1e-2  # weight of the flavour's extra loss
-    normalization: str = "post"  # the §4 normalization layer ("none": §2/§3 without it)
-    weighting: str = "none"  # "softmax": §3.2's remedy instead of the plain bilinear weights
-    d_mlp: int | None = None  # None: max(N^2, N + M), room for every solution
-    q: str = "normal"
-    q_seed: int = 0
-    seed: int = 0
-    init_attention_scale: float = 1.0  # < 1 starts near the degenerate point q = k = v = 0 (§3)
-    test_batch: int = 1000
-    dtype: str = "float32"
+    lean: float = option(1e-2, kind=Float(0), help="weight of the flavour's extra loss")
+    normalization: str = option("post", kind=Choice(NORMALIZATIONS),
+                                help='the §4 normalization layer ("none": §2/§3 without it)')
+    weighting: str = option("none", kind=Choice(WEIGHTINGS),
+                            help='"softmax": §3.2\'s remedy instead of the plain bilinear weights')
+    d_mlp: int | None = option(None, kind=Int(1), help="hidden width; None: max(N^2, N + M), room for every solution")
+    init_attention_scale: float = option(1.0, kind=Float(0),
+                                         help="< 1 starts near the degenerate point q = k = v = 0 (§3)")
+    test_batch: int = option(1000, kind=Int(1), help="held-out sequences")
 
     def __post_init__(self) -> None:
+        self.check_kinds()
         check_categories(self.categories)
         check_positions(self.positions)
-        self.dtype = dtype_name(self.dtype)
-        for name in ("batch", "iterations", "test_batch"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ExactLensError(f"{name} must be an integer >= 1, got {value!r}")
-        for name, value, allowed in (
-            ("system", self.system, SYSTEMS),
-            ("flavour", self.flavour, FLAVOURS),
-            ("normalization", self.normalization, NORMALIZATIONS),
-            ("weighting", self.weighting, WEIGHTINGS),
-        ):
-            if value not in allowed:
-                raise ExactLensError(f"{name}={value!r} is not allowed; choose one of {', '.join(allowed)}")
         if self.system != "combined" and self.flavour != "unconstrained":
             raise ExactLensError("flavours lean the combined system; constrained systems take flavour='unconstrained'")
-        if not (self.lean >= 0 and math.isfinite(self.lean)):
-            raise ExactLensError(f"lean must be a finite number >= 0, got {self.lean!r}")
-        if not (self.init_attention_scale >= 0 and math.isfinite(self.init_attention_scale)):
-            raise ExactLensError(f"init_attention_scale must be finite and >= 0, got {self.init_attention_scale!r}")
 
     @property
     def hidden(self) -> int:
