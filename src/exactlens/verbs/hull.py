@@ -2,8 +2,8 @@
 
 With a target (a checkpoint directory, a construction name or, in Python, a model): the fraction of
 unselectable keys per layer, before and after layer norm, and per head with the queries the head can
-form (:func:`exactlens.analysis.hull_model.hull_report`). Without a target: the grid of standard-normal
-random keys without and with layer norm (:func:`exactlens.analysis.hull_random.random_keys`, the
+form (:func:`exactlens.analysis.hull.model.hull_report`). Without a target: the grid of standard-normal
+random keys without and with layer norm (:func:`exactlens.analysis.hull.random.random_keys`, the
 experiment of Brody et al.'s Fig. 1c/1d).
 """
 
@@ -43,8 +43,8 @@ class HullRequest:
 
 
 def run(request: HullRequest) -> Result:
-    from exactlens.analysis.hull_model import hull_report
-    from exactlens.analysis.hull_random import random_keys
+    from exactlens.analysis.hull.model import hull_report
+    from exactlens.analysis.hull.random import random_keys
     from exactlens.devices import resolve_device
 
     if request.target is None:
@@ -73,7 +73,7 @@ def model_report(model: Any, request: HullRequest, foreign: dict[str, Any] | Non
     without one: uniformly random token ids of its vocabulary at the default numbers of positions."""
     import torch
 
-    from exactlens.analysis.hull_model import unselectable_by_layer
+    from exactlens.analysis.hull.model import unselectable_by_layer
     from exactlens.devices import device_name, resolve_device
     from exactlens.errors import ExactLensError
     from exactlens.model import ExactTransformer
@@ -106,7 +106,7 @@ def _task(model: Any) -> Any:
 
 
 def _task_words(model: Any, lengths: list | None, gen: Any) -> tuple[Any, Any, list[int]]:
-    from exactlens.analysis.hull_model import DEFAULT_CHECKPOINT_POSITIONS, _pad, encoded_words
+    from exactlens.analysis.hull.model import DEFAULT_CHECKPOINT_POSITIONS, _pad, encoded_words
     from exactlens.errors import ExactLensError
     from exactlens.verbs.model_target import ModelTarget, longest_of
 
@@ -130,7 +130,7 @@ def _task_words(model: Any, lengths: list | None, gen: Any) -> tuple[Any, Any, l
 def _random_ids(model: Any, lengths: list | None, gen: Any) -> tuple[Any, Any, list[int]]:
     import torch
 
-    from exactlens.analysis.hull_model import DEFAULT_CHECKPOINT_POSITIONS, _pad
+    from exactlens.analysis.hull.model import DEFAULT_CHECKPOINT_POSITIONS, _pad
 
     cfg = model.cfg
     wanted = sorted({min(n, cfg.n_ctx) if cfg.learned_positions else n

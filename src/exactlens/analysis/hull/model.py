@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from exactlens.analysis.hull import METHODS, selectable_keys
+from exactlens.analysis.hull.keys import METHODS, selectable_keys
 from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.tasks.base import check_seed
