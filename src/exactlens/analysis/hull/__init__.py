@@ -7,20 +7,5 @@ shares) <- ``scores`` <- ``columns`` <- ``fast`` (the fast method's stages; ``gr
 <- ``keys`` (the API) <- ``model``, ``random``.
 """
 
-from exactlens.analysis.hull.keys import (
-    METHODS,
-    KeyCertificate,
-    SelectabilityResult,
-    layer_norm_geometric,
-    layer_norm_projection,
-    selectable_keys,
-)
-
-__all__ = [
-    "METHODS",
-    "KeyCertificate",
-    "SelectabilityResult",
-    "layer_norm_geometric",
-    "layer_norm_projection",
-    "selectable_keys",
-]
+from exactlens.analysis.hull.keys import *  # noqa: F403 - the public names are keys.__all__
+from exactlens.analysis.hull.keys import __all__  # noqa: F401
