@@ -101,6 +101,7 @@ def toy_plugin(monkeypatch, tmp_path):
         (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(plugins._state, "loaded", False)
+    monkeypatch.setitem(plugins._state, "failure", None)
     monkeypatch.setattr(plugins, "_loaded", [])
     points = [EntryPoint(name, f"{name}:register", plugins.GROUP) for name in ("toy_part", "toy_verb",
                                                                               "toy_construction")]

@@ -1,4 +1,4 @@
-"""Tests for exactlens.analysis.hull.model, hull_random and the `hull` verb (Brody et al. 2023)."""
+"""Tests for exactlens.analysis.hull.model, hull.random and the `hull` verb (Brody et al. 2023)."""
 
 from __future__ import annotations
 
