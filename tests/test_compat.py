@@ -238,6 +238,10 @@ MOVED: dict[str, str] = {
     "exactlens.analysis.diff_attention": "module gone; now exactlens.analysis.diff.attention",
     "exactlens.analysis.diff_causal": "module gone; now exactlens.analysis.diff.interventions",
     "exactlens.analysis.diff_probe": "module gone; now exactlens.analysis.diff.probes",
+    "exactlens.analysis.hull_model": "module gone; now exactlens.analysis.hull.model (analysis/hull/ is a "
+    "package; exactlens.analysis.hull keeps its names)",
+    "exactlens.data": "package gone; its one corpus is the Brody plug-in's",
+    "exactlens.data.stdlib_docs": "module gone; now exactlens.papers.brody.corpus",
     "exactlens.analysis.diff_weights": "module gone; now exactlens.analysis.diff.weights",
     "exactlens.analysis.nowak_figures": "module gone; now exactlens.papers.nowak.figures",
     "exactlens.analysis.pairlogic": "module gone; now exactlens.papers.shin_matzinger.pairlogic",

@@ -148,7 +148,7 @@ def test_lbfgs_training_on_cpu_matches():
 
 def test_diff_and_hull_on_cpu_match():
     from exactlens.analysis.diff import diff
-    from exactlens.analysis.hull_model import hull_report
+    from exactlens.analysis.hull.model import hull_report
 
     trained = train("first", seed=0, **TINY).model
     options = dict(lengths=[1, 2, 4], strings=8, parts=("behaviour", "probes", "attention", "weights",

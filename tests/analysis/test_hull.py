@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scipy.spatial import ConvexHull
 
-from exactlens.analysis import hull_fast
 from exactlens.analysis.hull import (
     SelectabilityResult,
     layer_norm_geometric,
     layer_norm_projection,
     selectable_keys,
 )
-from exactlens.analysis.hull_solver import HullSolver
+from exactlens.analysis.hull import fast as hull_fast
+from exactlens.analysis.hull.solver import HullSolver
 from exactlens.errors import ExactLensError
 
 EPS64 = np.finfo(np.float64).eps

@@ -1,4 +1,4 @@
-"""The fast unselectable-keys check, piece by piece (exactlens.analysis.hull_fast, hull_gram, hull_scores,
+"""The fast unselectable-keys check, piece by piece (exactlens.analysis.hull.fast, hull_gram, hull_scores,
 hull_columns, working on a hull_solver.HullSolver): each piece against an independent reference, and the
 whole against the naive LP with its blocks and tiles shrunk so that every boundary between them is crossed."""
 
@@ -12,9 +12,13 @@ import pytest
 from test_hull import assert_certificates, check_both
 
 from exactlens import progress
-from exactlens.analysis import hull_columns, hull_fast, hull_gram, hull_products, hull_scores
+from exactlens.analysis.hull import columns as hull_columns
+from exactlens.analysis.hull import fast as hull_fast
+from exactlens.analysis.hull import gram as hull_gram
 from exactlens.analysis.hull import layer_norm_geometric, selectable_keys
-from exactlens.analysis.hull_solver import HullSolver
+from exactlens.analysis.hull import products as hull_products
+from exactlens.analysis.hull import scores as hull_scores
+from exactlens.analysis.hull.solver import HullSolver
 
 # ----------------------------------------------------------------------------- duplicates
 

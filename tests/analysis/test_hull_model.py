@@ -1,4 +1,4 @@
-"""Tests for exactlens.analysis.hull_model, hull_random and the `hull` verb (Brody et al. 2023)."""
+"""Tests for exactlens.analysis.hull.model, hull.random and the `hull` verb (Brody et al. 2023)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from exactlens.analysis.hull import layer_norm_geometric, selectable_keys
-from exactlens.analysis.hull_model import hull_report, query_space, unselectable_by_layer
-from exactlens.analysis.hull_random import random_keys
+from exactlens.analysis.hull.model import hull_report, query_space, unselectable_by_layer
+from exactlens.analysis.hull.random import random_keys
 from exactlens.cli import build_parser
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer

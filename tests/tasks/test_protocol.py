@@ -565,7 +565,7 @@ def test_reader_of_a_model_reads_its_task(task):
 def test_chars_task_with_modules_is_hashable():
     if "stdlib-chars" not in NAMES:
         pytest.skip("the brody plug-in is not installed")
-    from exactlens.data.stdlib_docs import STDLIB_MODULES
+    from exactlens.papers.brody.corpus import STDLIB_MODULES
 
     task = tasks.get("stdlib-chars", modules=list(STDLIB_MODULES[:-1]))
     assert hash(task) == hash(tasks.from_spec(json.loads(json.dumps(task.spec()))))

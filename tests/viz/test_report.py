@@ -271,7 +271,7 @@ def test_figures_get_a_palette_that_keeps_their_pixels() -> None:
 def test_the_circuit_graph_draws_faint_edges_as_one_path() -> None:
     from exactlens.analysis.circuit.evaluate import circuit_report
     from exactlens.constructions import get
-    from exactlens.viz.circuit import OTHER, circuit_svg
+    from exactlens.markup.circuit import OTHER, circuit_svg
 
     result = circuit_report(get("parity").make(dtype="float64"), granularity="qkv", lengths=[2, 3], words=8)
     svg = circuit_svg(result)

@@ -40,7 +40,7 @@ def foreign_target(request: Any) -> tuple[Any, dict[str, Any] | None]:
 
 def run(request: CircuitRequest) -> Result:
     from exactlens.analysis.circuit.evaluate import circuit_report
-    from exactlens.viz.circuit import circuit_svg
+    from exactlens.markup.circuit import circuit_svg
 
     target, foreign = foreign_target(request)
     if foreign is not None:

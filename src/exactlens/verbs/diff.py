@@ -51,56 +51,15 @@ def after(request: DiffRequest, result: Result, from_cli: bool) -> None:
         tell(f"diff: wrote {path}")
 
 
-def _num(value: Any, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def format_diff_text(result: dict[str, Any]) -> str:
-    """A short human-readable summary of a diff result."""
-    s = result["summary"]
-    lines = [f"diff against {result['exact']['name']} on lengths {result['settings']['lengths']}"]
-    if "behaviour" in result:
-        lines.append(
-            f"  accuracy trained {_num(s['trained_accuracy'])}, exact {_num(s['exact_accuracy'])}, "
-            f"agreement {_num(s['agreement'])}"
-        )
-    if "probes" in result:
-        lines.append("  feature                  best trained site                    R^2")
-        for f in result["probes"]["features"]:
-            lines.append(f"  {f['label']:24s} {str(f['best_site']):36s} {_num(f['best_r2'])}")
-    if "attention" in result:
-        for m in result["attention"]["matching"]:
-            lines.append(
-                f"  head L{m['trained_layer']}H{m['trained_head']} ~ exact L{m['exact_layer']}"
-                f"H{m['exact_head']}: TV distance {_num(m['distance'])}"
-            )
-    if "weights" in result:
-        for p in result["weights"]["pairs"]:
-            lines.append(
-                f"  weights L{p['trained_layer']}H{p['trained_head']}: QK cosine {_num(p['qk_cosine'])}, "
-                f"OV cosine {_num(p['ov_cosine'])}"
-            )
-    if "interventions" in result:
-        for f in result["interventions"]["features"]:
-            lines.append(
-                f"  intervention {f['label']} at {f['trained_site']}: IIA {_num(f['iia'])}, "
-                f"on changed pairs {_num(f['iia_changed'])}"
-            )
-    if "alignment" in result:  # one verdict line per variable (analysis/diff/alignment/verdicts.py)
-        from exactlens.analysis.diff.alignment.verdicts import verdict_lines
+    """A short human-readable summary of a diff result: a line for the settings, then each part's own text
+    (its declaration's ``text``, exactlens.analysis.diff.parts) in the parts' order."""
+    from exactlens.analysis.diff.parts import steps
 
-        lines += verdict_lines(result)
-    c = result.get("circuit")
-    if c is not None and not c["available"]:
-        lines.append(f"  circuit: not compared ({c['reason']})")
-    elif c is not None:
-        e, n = c["edges"], c["nodes"]
-        lines.append(f"  circuit ({c['method']}, {c['granularity']}, {c.get('ablation', 'resample')} ablation): "
-                     f"edges shared {e['shared']} of exact "
-                     f"{e['truth']} / found {e['found']} (Jaccard {_num(e['jaccard'])}, AUROC {_num(e['auroc'])}; "
-                     f"between components Jaccard {_num(e['between_components']['jaccard'])}); "
-                     f"nodes shared {n['shared']} of {n['truth']} / {n['found']}; the method on the exact model: "
-                     f"edge AUROC {_num(c['method_check']['edge_auroc'])}")
+    lines = [f"diff against {result['exact']['name']} on lengths {result['settings']['lengths']}"]
+    for part in steps():
+        if part.text is not None and part.shows_in(result):
+            lines += part.text(result)
     return "\n".join(lines)
 
 

@@ -2,8 +2,8 @@
 
 With a target (a checkpoint directory, a construction name or, in Python, a model): the fraction of
 unselectable keys per layer, before and after layer norm, and per head with the queries the head can
-form (:func:`exactlens.analysis.hull_model.hull_report`). Without a target: the grid of standard-normal
-random keys without and with layer norm (:func:`exactlens.analysis.hull_random.random_keys`, the
+form (:func:`exactlens.analysis.hull.model.hull_report`). Without a target: the grid of standard-normal
+random keys without and with layer norm (:func:`exactlens.analysis.hull.random.random_keys`, the
 experiment of Brody et al.'s Fig. 1c/1d).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from os import PathLike
 from typing import Any
 
-from exactlens.analysis.hull_request import HullRequest
+from exactlens.analysis.hull.request import HullRequest
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb, tell
 from exactlens.viz.backend import pyplot
@@ -21,9 +21,9 @@ __all__ = ["format_hull_text", "run"]
 
 
 def run(request: HullRequest) -> Result:
-    from exactlens.analysis.hull_model import hull_report
-    from exactlens.analysis.hull_random import random_keys
-    from exactlens.analysis.hull_target import model_report
+    from exactlens.analysis.hull.model import hull_report
+    from exactlens.analysis.hull.random import random_keys
+    from exactlens.analysis.hull.target import model_report
     from exactlens.devices import resolve_device
 
     if request.target is None:

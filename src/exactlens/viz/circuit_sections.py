@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exactlens.viz.circuit import circuit_svg
+from exactlens.markup.circuit import circuit_svg
 from exactlens.viz.page import ReportContext, Section, esc, fmt, progress, table
 
 QUICK_DISCOVERY = ("first", "parity", "one")  # the quick report scores these (where present)

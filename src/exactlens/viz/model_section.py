@@ -94,8 +94,8 @@ def _diff(ctx: ReportContext, spec: dict[str, Any], target: Any, s: dict[str, An
 
 
 def _hull(ctx: ReportContext, spec: dict[str, Any], target: Any, s: dict[str, Any]) -> tuple[str, Any]:
-    from exactlens.analysis.hull_request import HullRequest
-    from exactlens.analysis.hull_target import model_report
+    from exactlens.analysis.hull.request import HullRequest
+    from exactlens.analysis.hull.target import model_report
 
     if target.info.get("import_refused"):
         refused = target.info["import_refused"]

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from exactlens.analysis.hull import selectable_keys
-from exactlens.data.stdlib_docs import char_corpus, stdlib_docstrings
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
+from exactlens.papers.brody.corpus import char_corpus, stdlib_docstrings
 from exactlens.papers.brody.lm import (
     LN_VARIANTS,
     as_float64,

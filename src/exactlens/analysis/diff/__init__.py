@@ -31,8 +31,9 @@ Both models must answer the same task with the same vocabulary (same token ids a
 otherwise the diff stops with one line naming both.
 
 The options are one request (:class:`~.request.DiffRequest`: the command line's flags, ``el.diff``'s and
-``diff``'s keyword arguments); each part is declared once in :mod:`.parts` with what it needs (the words
-both models ran, the probe fits, the head matching) and the sections and summary keys it adds; the
+``diff``'s keyword arguments); each part is declared once, one module of :mod:`.parts`, with what it needs
+(the words both models ran, the probe fits, the head matching), the sections and summary keys it adds, and
+its text and page section; the
 orchestrator (:mod:`.orchestrator`) runs the steps the chosen parts need, in the order their needs give.
 No part imports the orchestrator. Light at import: the names below load their modules when first used.
 """

@@ -98,7 +98,7 @@ def _settings(ctx: Context, request: DiffRequest) -> dict[str, Any]:
 
 
 def _check(step: Part, sections: dict[str, Any], summary: dict[str, Any]) -> None:
-    """A step adds only the sections and summary keys it declares (parts.py lists them for the docs)."""
+    """A step adds only the sections and summary keys it declares (its declaration in analysis/diff/parts/)."""
     extra = sorted(set(sections) - set(step.sections)) + sorted(set(summary) - set(step.summary))
     if extra:
         raise ExactLensError(f"diff step {step.name!r} added {', '.join(extra)}, which its declaration lacks")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exactlens.analysis.circuit.request import ABLATIONS, METHODS
-from exactlens.analysis.diff.parts import PARTS
+from exactlens.analysis.diff.parts import PARTS, part_names
 from exactlens.interop.readout import ReadoutKind
 from exactlens.requests import (
     Any_,
@@ -84,8 +84,9 @@ class DiffOptions:
                                   help="share of the words the probes are scored on (default 0.3)")
     intervention_pairs: int = option(64, kind=Int(1), cli=False,
                                      help="interchange pairs per length of the interventions part (default 64)")
-    parts: tuple = option(PARTS, kind=TextList(choices=PARTS), metavar="PART,...",
-                          help=f"comma-separated parts (default: all of {','.join(PARTS)})")
+    parts: tuple = option(PARTS, kind=TextList(choices=part_names), metavar="PART,...",
+                          help=f"comma-separated parts (default: all of {','.join(PARTS)}; a plug-in's part by its "
+                               "name)")
     das_max_dim: int = option(3, kind=Int(1), help="DAS tries subspace dimensions 1..N (default 3) and a variable's "
                                      "own dimension where it needs more (classes - 1, a count vector)")
     das_steps: int = option(80, kind=Int(1), help="Adam steps per DAS fit group (default 80)")

@@ -1,8 +1,10 @@
 """The Transformer Cookbook (Yang et al. 2025) as composable, tested recipes.
 
-``program``: pieces over named residual labels (FFN, Head), layers, programs, compile,
-serial/parallel composition and routing. ``ffn``, ``attention``, ``layer_norm``: the
-recipes of §4, §5, §6, each returning pieces (or layers) over labels the caller names.
+The compiler, one module per pass (``program`` is its overview and exports them all): ``pieces``
+(FFN, Head, Selector over named residual labels, routing), ``layers`` (Layer, Program), ``assemble``
+(compile), ``compose`` (serial/parallel composition, rename), ``residual`` (run_on_residual, read).
+``ffn``, ``attention``, ``layer_norm``: the recipes of §4, §5, §6, each returning pieces (or layers) over
+labels the caller names.
 ``predecessor``: §5.4, both constructions. ``rounding``, ``error_bounds``: §7.1 and §7.2.
 """
 

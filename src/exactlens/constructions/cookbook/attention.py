@@ -14,9 +14,10 @@ from dataclasses import replace
 
 import torch
 
+from exactlens.constructions.cookbook.layers import Layer
+from exactlens.constructions.cookbook.pieces import FFN, Head
 from exactlens.constructions.cookbook.predecessor import strict as strict_predecessor
 from exactlens.constructions.cookbook.predecessor import strict_successor
-from exactlens.constructions.cookbook.program import FFN, Head, Layer
 from exactlens.errors import ExactLensError
 
 ValueMap = Mapping[str, str]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from exactlens.constructions.cookbook.program import FFN
+from exactlens.constructions.cookbook.pieces import FFN
 from exactlens.errors import ExactLensError
 
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from exactlens.constructions.cookbook import ffn
-from exactlens.constructions.cookbook.program import Layer
+from exactlens.constructions.cookbook.layers import Layer
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactTransformer
 from exactlens.model.labels import negated_label

@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from exactlens.constructions.cookbook import attention
-from exactlens.constructions.cookbook.program import FFN, Head, Layer, Program, Readout
+from exactlens.constructions.cookbook.layers import Layer, Program, Readout
+from exactlens.constructions.cookbook.pieces import FFN, Head
 from exactlens.errors import ExactLensError
 
 F64 = torch.float64

@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from exactlens.constructions.cookbook.program import FFN, Head, Layer
+from exactlens.constructions.cookbook.layers import Layer
+from exactlens.constructions.cookbook.pieces import FFN, Head
 from exactlens.errors import ExactLensError
 
 ValueMap = Mapping[str, str]

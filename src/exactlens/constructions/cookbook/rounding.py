@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 
 from exactlens.constructions.cookbook import ffn
-from exactlens.constructions.cookbook.program import FFN
+from exactlens.constructions.cookbook.pieces import FFN
 from exactlens.errors import ExactLensError
 
 MODES = ("nearest", "toward_zero")

@@ -1,9 +1,9 @@
 """Brody, Alon & Yahav (2023) figures: Fig. 1c/1d (unselectable random keys without and with layer
-norm; the grid is computed by exactlens.analysis.hull_random.random_keys, Fig. 1c = "without
+norm; the grid is computed by exactlens.analysis.hull.random.random_keys, Fig. 1c = "without
 LayerNorm", Fig. 1d = "with LayerNorm", mean over trials) and the Tables 1-2 bars.
 
 Brody et al.'s statement that LN makes every key selectable needs distinct normalized keys, which
-for d = 2 fails (LN maps every key onto one of two points; see hull_random).
+for d = 2 fails (LN maps every key onto one of two points; see analysis.hull.random).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from exactlens.analysis.hull_random import DEFAULT_DS, DEFAULT_NS, random_keys
+from exactlens.analysis.hull.random import DEFAULT_DS, DEFAULT_NS, random_keys
 from exactlens.errors import ExactLensError
 from exactlens.outputs import save_figure
 from exactlens.viz.backend import pyplot
 
-fig1_data = random_keys  # Fig. 1c/1d's grid: exactlens.analysis.hull_random (the hull verb's default)
+fig1_data = random_keys  # Fig. 1c/1d's grid: exactlens.analysis.hull.random (the hull verb's default)
 
 __all__ = ["DEFAULT_DS", "DEFAULT_NS", "fig1_data", "plot_fig1", "plot_table_cells", "plot_tables"]
 

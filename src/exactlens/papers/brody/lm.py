@@ -13,9 +13,9 @@ Here, with nothing downloaded: a character-level model of the same shape (4 laye
 pre-LN, causal mask, learned positions, GELU MLP of width 4 d, a next-character prediction at every
 position; see :func:`lm_config`) trained briefly with Adam through exactlens's one training loop
 (:func:`train_char_lm`; the task is :class:`CharTask`, windows of the docstrings of Python's
-standard library, :mod:`exactlens.data.stdlib_docs`), once with full LN and once with LN minus its
+standard library, :mod:`exactlens.papers.brody.corpus`), once with full LN and once with LN minus its
 scaling (``ExactConfig(ln_scale=False)``), optionally also without LN. The keys are counted on
-validation windows by :func:`exactlens.analysis.hull_model.unselectable_by_layer` (exact LP-based
+validation windows by :func:`exactlens.analysis.hull.model.unselectable_by_layer` (exact LP-based
 hull check, with certificates): per layer the residual vectors before LN (``hook_resid_pre``) and
 after LN's normalisation (``ln1.hook_normalized``, before its gain and bias), and per head the keys
 W_K^T x + b_K restricted to the queries that head can form.
@@ -41,11 +41,11 @@ from typing import Any
 import torch
 
 from exactlens.analysis.hull import METHODS
-from exactlens.analysis.hull_model import unselectable_by_layer
-from exactlens.data.stdlib_docs import STDLIB_MODULES, CharCorpus, char_corpus
+from exactlens.analysis.hull.model import unselectable_by_layer
 from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.model import ExactConfig, ExactTransformer
+from exactlens.papers.brody.corpus import STDLIB_MODULES, CharCorpus, char_corpus
 from exactlens.tasks import Task
 from exactlens.tasks.base import check_count
 from exactlens.tasks.variables import CausalVariable

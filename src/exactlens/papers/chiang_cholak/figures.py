@@ -302,6 +302,25 @@ def default_fig3_values() -> list[float]:
     return sorted(coarse | fine | {1.0})
 
 
+def _class_batch(construction: Any, lang: Any, drawn: torch.Tensor, gen: torch.Generator
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One right-padded batch of class representatives over all lengths (padding keys are masked and positions
+    use each row's own n), so each value is one model run: tokens, n_positions, each class's truth and size."""
+    rows, truths, sizes, n_positions = [], [], [], []
+    for length in sorted(set(drawn.tolist())):
+        ids = lang.sample(length, int((drawn == length).sum()), gen)
+        reps, counts = representatives(construction.task, ids)
+        tokens = lang.encode(reps).tokens
+        rows += list(tokens)
+        truths.append(lang.membership(reps))
+        sizes.append(counts.double())
+        n_positions += [tokens.shape[1]] * tokens.shape[0]
+    tokens = torch.zeros(len(rows), max(n_positions), dtype=torch.long)
+    for j, row in enumerate(rows):
+        tokens[j, : row.shape[0]] = row
+    return tokens, torch.tensor(n_positions, dtype=torch.long), torch.cat(truths), torch.cat(sizes)
+
+
 def fig3_data(values: Sequence[float] | None = None, lengths: tuple[int, int] = (1, 50), strings: int = 1000,
               seed: int = 0, dtype: str = "float32", eta: float = DEFAULT_ETA) -> dict[str, Any]:
     """Fig. 3: accuracy and cross-entropy of parity-ln (eps = 0) and of parity-ln-eta
@@ -329,29 +348,13 @@ def fig3_data(values: Sequence[float] | None = None, lengths: tuple[int, int] = 
     lang = construction.task_of()
     gen = torch.Generator().manual_seed(seed)
     drawn = torch.randint(low, high + 1, (strings,), generator=gen)
-    # One right-padded batch of class representatives over all lengths (padding keys
-    # are masked and positions use each row's own n), so each value is one model run.
-    rows, truths, sizes, n_positions = [], [], [], []
-    for length in sorted(set(drawn.tolist())):
-        ids = lang.sample(length, int((drawn == length).sum()), gen)
-        reps, counts = representatives(construction.task, ids)
-        tokens = lang.encode(reps).tokens
-        rows += list(tokens)
-        truths.append(lang.membership(reps))
-        sizes.append(counts.double())
-        n_positions += [tokens.shape[1]] * tokens.shape[0]
-    width = max(n_positions)
-    tokens = torch.zeros(len(rows), width, dtype=torch.long)
-    for j, row in enumerate(rows):
-        tokens[j, : row.shape[0]] = row
-    n_pos = torch.tensor(n_positions, dtype=torch.long)
-    truth, counts = torch.cat(truths), torch.cat(sizes)
+    tokens, n_pos, truth, counts = _class_batch(construction, lang, drawn, gen)
     parameter = model.blocks[0].attn.W_V
     original = float(parameter.detach()[FIG3_INDEX])
     results: dict[str, dict[str, list[float]]] = {k: {"accuracy": [], "cross_entropy_bits": [], "nonfinite": []}
                                                   for k in ("parity-ln", "parity-ln-eta")}
     say(f"fig3: {len(values)} values of {FIG3_PARAMETER}, {strings} strings of length {low}..{high} "
-              f"({len(rows)} classes)")
+              f"({tokens.shape[0]} classes)")
     start = time.perf_counter()
     try:
         for value in values:

@@ -42,7 +42,12 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
         return []
     settings = QUICK if ctx.quick else FULL
     ctx.record_settings(fig2=settings["fig2"], fig3=settings["fig3"])
-    parts = []
+    parts = _fig2_html(ctx, settings) + _fig3_html(ctx, settings)
+    return [Section("Chiang & Cholak figures", "chiang-cholak-figures", "\n".join(parts))]
+
+
+def _fig2_html(ctx: ReportContext, settings: dict[str, Any]) -> list[str]:
+    """Fig. 2: the cross-entropy of the exact solutions per length (or an error box)."""
     try:
         t0 = time.perf_counter()
         fig2 = cf.fig2_data(**settings["fig2"])
@@ -55,7 +60,7 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
             for row in cf.fig2_rows(fig2)
         ]
         accuracy = min(min(c["accuracy"]) for lang in fig2["curves"].values() for c in lang.values())
-        parts += [
+        html = [
             "<h3>Fig. 2: cross-entropy of the exact solutions</h3>",
             f"<p>Mean cross-entropy in bits per string over {fig2['strings']} random strings of each length n "
             f"({fig2['dtype']}; {esc(fig2['method'])}; lowest accuracy of any curve at any length: "
@@ -73,8 +78,13 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
             + f'<p>JSON: <a href="{esc(fig2_json)}">{esc(fig2_json)}</a></p></details>',
         ]
         progress(f"report: fig2 done ({time.perf_counter() - t0:.1f} s)")
+        return html
     except Exception as err:
-        parts.append(ctx.error("Fig. 2", err))
+        return [ctx.error("Fig. 2", err)]
+
+
+def _fig3_html(ctx: ReportContext, settings: dict[str, Any]) -> list[str]:
+    """Fig. 3: the sensitivity of parity-ln(-eta) to the weight that writes k/n (or an error box)."""
     try:
         t0 = time.perf_counter()
         fig3 = cf.fig3_data(**settings["fig3"])
@@ -98,7 +108,7 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
             if exact
             else "No tried value has accuracy 1"
         )
-        parts += [
+        html = [
             "<h3>Fig. 3: sensitivity to one weight</h3>",
             "<p>parity-ln (eps = 0) and parity-ln-eta (the same with the Prop. 2 layer) as the weight that "
             f"writes k/n, {esc(fig3['paper_parameter'])} = <code>{esc(fig3['parameter'])}</code>, moves away "
@@ -107,7 +117,7 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
             "I[i=k] by k e); the cross-entropy of parity-ln stays near 1 bit throughout, that of parity-ln-eta "
             "is eta at the correct value and grows with every misclassified class of strings.</p>",
         ]
-        parts += [
+        html += [
             figure(ctx, png, "Fig. 3 reproduction", "Fig. 3: cross-entropy (top) and accuracy (bottom)"),
             "<details><summary>Fig. 3 data</summary>"
             + table(
@@ -117,9 +127,9 @@ def chiang_figures_sections(ctx: ReportContext) -> list[Section]:
             + f'<p>JSON: <a href="{esc(fig3_json)}">{esc(fig3_json)}</a></p></details>',
         ]
         progress(f"report: fig3 done ({time.perf_counter() - t0:.1f} s)")
+        return html
     except Exception as err:
-        parts.append(ctx.error("Fig. 3", err))
-    return [Section("Chiang & Cholak figures", "chiang-cholak-figures", "\n".join(parts))]
+        return [ctx.error("Fig. 3", err)]
 
 
 DIFF_FULL: dict[str, Any] = {"epochs": 100, "lengths": (1, 2, 4, 8, 16, 32), "strings": 32, "das_steps": 60}

@@ -38,6 +38,52 @@ def _heatmaps(path, panels: list[tuple[str, torch.Tensor]]):
     return path
 
 
+def _construction_checks(s: dict[str, Any]) -> list[list[Any]]:
+    """Each exact construction against q_true, for both kinds of q_true and both dtypes."""
+    checks = []
+    for kind in ("normal", "code"):
+        q_check = make_q(kind, s["categories"], 0)
+        for build in (sm.build_solution1, sm.build_solution2, sm.build_solution3):
+            for dtype in ("float32", "float64"):
+                c = check_construction(build(q_check, s["positions"], dtype=dtype), q_check, strings=s["batch"])
+                checks.append([build.__name__.replace("build_", "sm-"), kind, dtype, c["max_abs_error"],
+                               c["tolerance"], c["exact"]])
+    return checks
+
+
+def _trained_rows(ctx: ReportContext, s: dict[str, Any]) -> tuple[list[list[Any]], Any]:
+    """Ablations, signatures and verdicts of every trained seed (and a consensus row per system); the first
+    run restricted to solution 2, for the figure."""
+    options = {k: s[k] for k in ("categories", "positions", "batch", "iterations", "test_batch")}
+    rows, learned2 = [], None
+    for system, flavour in (("solution2", "unconstrained"), ("combined", "unconstrained")):
+        verdicts = []
+        for seed in range(s["seeds"]):
+            run = train_pairs(PairTrainConfig(**options, system=system, flavour=flavour, seed=seed),
+                              device=ctx.device)
+            if system == "solution2" and seed == 0:
+                learned2 = run
+            result = analyse(run.model, run.q_true, batch=s["batch"], seed=seed + 999)
+            a, g = result["ablations"], result["signatures"]
+            verdicts.append(result["verdict"])
+            rows.append([f"{system}/{flavour}", seed, a["mse"], a["mse_without_attention"], a["mse_linear_ffn"],
+                         a["target_variance"], g["qk_category_q"], g["ov_category_q"], g["qk_position_shift"],
+                         result["verdict"]])
+        rows.append([f"{system}/{flavour}", "consensus", "", "", "", "", "", "", "", consensus(verdicts)])
+    return rows, learned2
+
+
+def _intro(s: dict[str, Any]) -> str:
+    size = ("the paper's settings; the 10-seed grid of all flavours is in docs/shin_matzinger.md).</p>"
+            if all(s[k] == v for k, v in PAPER.items())
+            else "smaller than the paper's N = 10, M = 50, batch 1000, 50 iterations; the full-size numbers are "
+            "in docs/shin_matzinger.md).</p>")
+    return ("<p>One-layer transformers for Y_i = q_true(X_(i-1), X_i) (Shin &amp; Matzinger 2025): softmax-free "
+            "attention, a normalization layer, two linear layers with a ReLU, trained with LBFGS on the MSE "
+            f"(N = {s['categories']} categories, M = {s['positions']} positions, batch {s['batch']}, "
+            f"{s['iterations']} iterations, {s['seeds']} seed(s); " + size)
+
+
 def shin_matzinger_sections(ctx: ReportContext) -> list[Section]:
     if not ctx.covers(sm.PAPER):
         return []
@@ -45,102 +91,26 @@ def shin_matzinger_sections(ctx: ReportContext) -> list[Section]:
     parts = []
     try:
         t0 = time.perf_counter()
-        n, m = s["categories"], s["positions"]
-        options = {k: s[k] for k in ("categories", "positions", "batch", "iterations", "test_batch")}
-        exact = sm.build_solution2(make_q("normal", n, 0), m)
-        checks = []
-        for kind in ("normal", "code"):
-            q_check = make_q(kind, n, 0)
-            for build in (sm.build_solution1, sm.build_solution2, sm.build_solution3):
-                for dtype in ("float32", "float64"):
-                    c = check_construction(build(q_check, m, dtype=dtype), q_check, strings=s["batch"])
-                    checks.append(
-                        [
-                            build.__name__.replace("build_", "sm-"),
-                            kind,
-                            dtype,
-                            c["max_abs_error"],
-                            c["tolerance"],
-                            c["exact"],
-                        ]
-                    )
-        rows, learned2 = [], None
-        for system, flavour in (("solution2", "unconstrained"), ("combined", "unconstrained")):
-            verdicts = []
-            for seed in range(s["seeds"]):
-                run = train_pairs(PairTrainConfig(**options, system=system, flavour=flavour, seed=seed),
-                                  device=ctx.device)
-                if system == "solution2" and seed == 0:
-                    learned2 = run
-                result = analyse(run.model, run.q_true, batch=s["batch"], seed=seed + 999)
-                a, g = result["ablations"], result["signatures"]
-                verdicts.append(result["verdict"])
-                rows.append(
-                    [
-                        f"{system}/{flavour}",
-                        seed,
-                        a["mse"],
-                        a["mse_without_attention"],
-                        a["mse_linear_ffn"],
-                        a["target_variance"],
-                        g["qk_category_q"],
-                        g["ov_category_q"],
-                        g["qk_position_shift"],
-                        result["verdict"],
-                    ]
-                )
-            rows.append([f"{system}/{flavour}", "consensus", "", "", "", "", "", "", "", consensus(verdicts)])
-        png = _heatmaps(
-            ctx.asset("figures", "shin_matzinger_fig1.png"),
-            [
-                ("q_true", learned2.q_true),
-                ("learned QK, system 2", category_qk(learned2.model)),
-                ("QK of sm-solution2", category_qk(exact)),
-            ],
-        )
+        exact = sm.build_solution2(make_q("normal", s["categories"], 0), s["positions"])
+        checks = _construction_checks(s)
+        rows, learned2 = _trained_rows(ctx, s)
+        png = _heatmaps(ctx.asset("figures", "shin_matzinger_fig1.png"),
+                        [("q_true", learned2.q_true), ("learned QK, system 2", category_qk(learned2.model)),
+                         ("QK of sm-solution2", category_qk(exact))])
         data = ctx.write_json(
             "shin_matzinger.json", {"settings": s, "checks": checks, "rows": rows, "verdict_rule": VERDICT_RULE}
         )
         parts += [
-            "<p>One-layer transformers for Y_i = q_true(X_(i-1), X_i) (Shin &amp; Matzinger 2025): softmax-free "
-            "attention, a normalization layer, two linear layers with a ReLU, trained with LBFGS on the MSE "
-            f"(N = {n} categories, M = {m} positions, batch {s['batch']}, {s['iterations']} iterations, "
-            f"{s['seeds']} seed(s); "
-            + (
-                "the paper's settings; the 10-seed grid of all flavours is in docs/shin_matzinger.md).</p>"
-                if all(s[k] == v for k, v in PAPER.items())
-                else "smaller than the paper's N = 10, M = 50, batch 1000, 50 iterations; the full-size numbers are "
-                "in docs/shin_matzinger.md).</p>"
-            ),
-            table(
-                ["construction", "q_true", "dtype", "max |error|", "tolerance", "exact"],
-                [[fmt(v) if isinstance(v, float) else v for v in row] for row in checks],
-                caption=f"Constructions vs q_true: every sequence of length <= 3 (when at most 2^16) and "
-                f"{s['batch']} random ones of length {m}",
-            ),
-            figure(
-                ctx,
-                png,
-                "Fig. 1 reproduction",
-                "Fig. 1: q_true, the category block of the learned bilinear "
-                "form of the system restricted to solution 2, and that of the exact construction sm-solution2",
-            ),
-            table(
-                [
-                    "model",
-                    "seed",
-                    "MSE",
-                    "no attention",
-                    "linear FFN",
-                    "variance",
-                    "QK~q",
-                    "OV~q",
-                    "QK~shift",
-                    "verdict",
-                ],
-                [[fmt(v) if isinstance(v, float) else v for v in row] for row in rows],
-                caption="Ablations, signatures (|correlation|) and verdicts",
-            ),
+            _intro(s),
+            table(["construction", "q_true", "dtype", "max |error|", "tolerance", "exact"],
+                  [[fmt(v) if isinstance(v, float) else v for v in row] for row in checks],
+                  caption=f"Constructions vs q_true: every sequence of length <= 3 (when at most 2^16) and "
+                  f"{s['batch']} random ones of length {s['positions']}"),
+            figure(ctx, png, "Fig. 1 reproduction", "Fig. 1: q_true, the category block of the learned bilinear "
+                   "form of the system restricted to solution 2, and that of the exact construction sm-solution2"),
+            table(["model", "seed", "MSE", "no attention", "linear FFN", "variance", "QK~q", "OV~q", "QK~shift",
+                   "verdict"], [[fmt(v) if isinstance(v, float) else v for v in row] for row in rows],
+                  caption="Ablations, signatures (|correlation|) and verdicts"),
             f"<p>Verdict rule: {esc(VERDICT_RULE)} (see exactlens.analysis.pairlogic). "
             f'Data: <a href="{esc(data)}">{esc(data)}</a> ({time.perf_counter() - t0:.1f} s)</p>',
         ]

@@ -1,12 +1,12 @@
 """The hull verb's analysis of a model object (an ExactTransformer, or a foreign model's checked copy): the
-checkpoint analysis of exactlens.analysis.hull_model on the model's own words. The ``hull`` verb and the
+checkpoint analysis of exactlens.analysis.hull.model on the model's own words. The ``hull`` verb and the
 report's model section both run it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from exactlens.analysis.hull_request import HullRequest
+from exactlens.analysis.hull.request import HullRequest
 from exactlens.interop.model_target import ModelTarget, longest_of, on_device
 
 __all__ = ["model_report"]
@@ -20,7 +20,7 @@ def model_report(model: Any, request: HullRequest, foreign: dict[str, Any] | Non
     without one: uniformly random token ids of its vocabulary at the default numbers of positions."""
     import torch
 
-    from exactlens.analysis.hull_model import unselectable_by_layer
+    from exactlens.analysis.hull.model import unselectable_by_layer
     from exactlens.devices import device_name, resolve_device
     from exactlens.errors import ExactLensError
     from exactlens.model import ExactTransformer
@@ -51,7 +51,7 @@ def _task(model: Any) -> Any:
 
 
 def _task_words(model: Any, lengths: list | None, gen: Any) -> tuple[Any, Any, list[int]]:
-    from exactlens.analysis.hull_model import DEFAULT_CHECKPOINT_POSITIONS, _pad, encoded_words
+    from exactlens.analysis.hull.model import DEFAULT_CHECKPOINT_POSITIONS, _pad, encoded_words
     from exactlens.errors import ExactLensError
 
     task = _task(model)
@@ -74,7 +74,7 @@ def _task_words(model: Any, lengths: list | None, gen: Any) -> tuple[Any, Any, l
 def _random_ids(model: Any, lengths: list | None, gen: Any) -> tuple[Any, Any, list[int]]:
     import torch
 
-    from exactlens.analysis.hull_model import DEFAULT_CHECKPOINT_POSITIONS, _pad
+    from exactlens.analysis.hull.model import DEFAULT_CHECKPOINT_POSITIONS, _pad
 
     cfg = model.cfg
     wanted = sorted({min(n, cfg.n_ctx) if cfg.learned_positions else n

@@ -1,7 +1,7 @@
 """The state of one unselectable-keys check and the operations every method shares (``hull``).
 
 :class:`HullSolver` holds the keys in the solver's internal units and, per key, its decision and
-certificate. The fast method's stages (``hull_fast``, ``hull_scores``, ``hull_columns``) read its
+certificate. The fast method's stages (``fast``, ``scores``, ``columns``) read its
 public attributes and record decisions only through its ``set_*`` methods; the naive method is
 :meth:`HullSolver.decide_by_lp` for every key.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import scipy.optimize
 import torch
 
-from exactlens.analysis.hull_products import scores_along
+from exactlens.analysis.hull.products import scores_along
 
 __all__ = ["SELECTABLE", "UNDECIDED", "UNSELECTABLE", "HullSolver"]
 

@@ -3,7 +3,7 @@
 A direction q certifies key i as selectable when ``q.y_i - max_{j != i} q.y_j > tol * ||q||_1``
 with the maximum over *every* other key; these helpers compute that lead for many (key, query)
 pairs at once, in blocks of one matrix product each, and record the keys it certifies. They work
-on a :class:`~exactlens.analysis.hull_solver.HullSolver` ``s`` (internal keys ``s.Y``, centred and
+on a :class:`~exactlens.analysis.hull.solver.HullSolver` ``s`` (internal keys ``s.Y``, centred and
 rescaled; tolerance ``s.tol``).
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.spatial
 
-from exactlens.analysis.hull_products import product_t
-from exactlens.analysis.hull_solver import UNDECIDED, UNSELECTABLE, HullSolver
+from exactlens.analysis.hull.products import product_t
+from exactlens.analysis.hull.solver import UNDECIDED, UNSELECTABLE, HullSolver
 
 BLOCK_ENTRIES = 1 << 18  # entries of one block of scores (2 MiB of float64: stays in cache)
 KDTREE_MAX_DIM = 16  # nearest neighbours by a k-d tree up to this dimension, by all-pairs distances above

@@ -2,11 +2,11 @@
 LP per key, with certificates, from batched linear algebra (Brody, Alon & Yahav 2023, §3.2).
 
 Everything works on the solver's internal keys y_i (centred, divided by their spread; see
-:class:`~exactlens.analysis.hull_solver.HullSolver`) and certifies a key only against *all* keys:
+:class:`~exactlens.analysis.hull.solver.HullSolver`) and certifies a key only against *all* keys:
 
 * a *selectable* key i with a direction q: q.y_i - max_{j != i} q.y_j > tol * ||q||_1, the
-  maximum over every other key computed in float64 (``hull_scores``; for the first screen, float32
-  with a rigorous error bound and the decisive score in float64, ``hull_gram``);
+  maximum over every other key computed in float64 (``scores``; for the first screen, float32
+  with a rigorous error bound and the decisive score in float64, ``gram``);
 * an *unselectable* key i with convex weights over other keys that rebuild y_i to within tol in
   every coordinate (``HullSolver.convex_weights`` recomputes the residual in float64).
 
@@ -14,24 +14,24 @@ Stages, cheapest first; each works only on the keys still undecided:
 
 1. exact duplicates (weight 1 on a twin), by an exact row hash;
 2. own directions: every key along its own centred vector y_i (one symmetric Gram matrix,
-   ``hull_gram``; on a sphere about the centroid this certifies every key, for standard-normal
+   ``gram``; on a sphere about the centroid this certifies every key, for standard-normal
    keys in d = 64 nearly every key), then along its raw vector k_i (keys after layer norm lie on a
    sphere about the origin), then along a local outward normal y_i - mean(nearest neighbours);
 3. random Gaussian directions: the strict winner along each is certified (vertices with wide
    normal cones in low dimension);
 4. Gilbert rounds and NNLS column generation for all keys left, in lock-step, then small LPs over
-   working sets, and the naive full LP last (``hull_columns``).
+   working sets, and the naive full LP last (``columns``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from exactlens.analysis.hull_columns import decide_by_small_lps, working_sets
-from exactlens.analysis.hull_gram import own_direction_leads
-from exactlens.analysis.hull_products import product_t
-from exactlens.analysis.hull_scores import block_rows, certify_by_leads, leads, nearest, project
-from exactlens.analysis.hull_solver import UNDECIDED, HullSolver
+from exactlens.analysis.hull.columns import decide_by_small_lps, working_sets
+from exactlens.analysis.hull.gram import own_direction_leads
+from exactlens.analysis.hull.products import product_t
+from exactlens.analysis.hull.scores import block_rows, certify_by_leads, leads, nearest, project
+from exactlens.analysis.hull.solver import UNDECIDED, HullSolver
 from exactlens.progress import bar, shows
 
 PROGRESS_FROM = 500  # key sets from this size show progress bars

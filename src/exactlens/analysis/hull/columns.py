@@ -1,8 +1,8 @@
 """The keys the screens of the fast hull check leave: Gilbert rounds, NNLS column generation, small LPs.
 
 All keys left are worked on in lock-step, so each round scores every candidate query against all
-keys in one matrix product (``hull_scores.score_directions``) instead of one product per key.
-Functions take a :class:`~exactlens.analysis.hull_solver.HullSolver` ``s`` (internal keys ``s.Y``,
+keys in one matrix product (``scores.score_directions``) instead of one product per key.
+Functions take a :class:`~exactlens.analysis.hull.solver.HullSolver` ``s`` (internal keys ``s.Y``,
 tolerance ``s.tol``).
 
 1. Gilbert's algorithm (Frank-Wolfe for the point p_i of conv(others) nearest y_i; Gilbert 1966,
@@ -30,9 +30,9 @@ import math
 
 import numpy as np
 
-from exactlens.analysis.hull_products import scores_along
-from exactlens.analysis.hull_scores import score_directions
-from exactlens.analysis.hull_solver import UNDECIDED, HullSolver
+from exactlens.analysis.hull.products import scores_along
+from exactlens.analysis.hull.scores import score_directions
+from exactlens.analysis.hull.solver import UNDECIDED, HullSolver
 from exactlens.progress import bar
 
 GILBERT_ROUNDS = 40  # at most; 3 (d + 1) in low dimension

@@ -96,8 +96,8 @@ def stdlib_docstrings(modules: Sequence[str] = STDLIB_MODULES) -> list[str]:
         raise ExactLensError(f"modules must be a non-empty sequence of module names, got {modules!r}")
     if any(not isinstance(m, str) for m in modules):
         raise ExactLensError(f"modules must be module names (strings), got {modules!r}")
-    package_root = str(Path(__file__).resolve().parents[2])
-    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); from exactlens.data.stdlib_docs import "
+    package_root = str(Path(__file__).resolve().parents[3])
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); from exactlens.papers.brody.corpus import "
               "_collect; print(json.dumps(_collect(sys.argv[2:])))")
     done = subprocess.run([sys.executable, "-c", script, package_root, *modules], capture_output=True, text=True,
                           check=False)

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from exactlens.analysis.hull import METHODS, layer_norm_geometric, selectable_keys
-from exactlens.analysis.hull_request import HullRequest
+from exactlens.analysis.hull.keys import METHODS, layer_norm_geometric, selectable_keys
+from exactlens.analysis.hull.request import HullRequest
 from exactlens.errors import ExactLensError
 
 DEFAULT_NS = (4, 8, 16, 32, 64, 128)

@@ -39,7 +39,7 @@ l1-normalised lead, so every verified margin is > eps. Unselectable certificates
 weights, with their reconstruction residual (max abs entry, original units) <= eps.
 Every certificate is recomputed in float64 from the keys before it is accepted (in the first
 screen of the fast method, float32 scores with a rigorous rounding-error bound rule out all but one
-block of competing keys, and that block is recomputed in float64; see ``hull_gram``); LP answers
+block of competing keys, and that block is recomputed in float64; see ``gram``); LP answers
 are not trusted on their own. Only keys near the tolerance boundary can end without a verified
 certificate: they are then decided by the LP optimum and counted in ``stats["boundary"]``. In
 practice these are near-duplicates a few eps apart, where HiGHS's answers (and NNLS's) are
@@ -54,15 +54,15 @@ Methods:
   neither passes its check (keys within ~1e-9 of the tolerance, near-duplicates), a separation LP
   for the query and NNLS over all other keys for the weights are tried before the LP optimum
   decides; HiGHS's dual simplex, which can stall at these tolerances, is backed by its
-  interior-point method. It is the reference (``hull_solver.HullSolver.decide_by_lp``).
+  interior-point method. It is the reference (``solver.HullSolver.decide_by_lp``).
 * ``"fast"`` (default): the same decisions with far fewer and far smaller solves, every key
-  certified against all keys (module ``hull_fast``, which lists the stages). In short: exact
+  certified against all keys (module ``fast``, which lists the stages). In short: exact
   duplicates; every key along its own centred vector, in one symmetric Gram matrix computed in
   float32 tiles with a rigorous rounding-error bound and the decisive score recomputed in float64
-  (``hull_gram``); then raw vectors, local outward normals and random directions; then, for all
+  (``gram``); then raw vectors, local outward normals and random directions; then, for all
   keys left at once, Gilbert (Frank-Wolfe) rounds and column generation with non-negative least
   squares over small working sets, each round scoring every candidate query against all keys in
-  one matrix product (``hull_scores``, ``hull_columns``); then LPs over working sets (cutting
+  one matrix product (``scores``, ``columns``); then LPs over working sets (cutting
   planes), and the naive LP for anything still undecided.
 """
 
@@ -77,10 +77,10 @@ import numpy as np
 import scipy.sparse
 import torch
 
-from exactlens.analysis import hull_fast
-from exactlens.analysis.hull_products import threads_for_products
-from exactlens.analysis.hull_request import HullRequest
-from exactlens.analysis.hull_solver import SELECTABLE, UNDECIDED, HullSolver
+from exactlens.analysis.hull import fast as hull_fast
+from exactlens.analysis.hull.products import threads_for_products
+from exactlens.analysis.hull.solver import SELECTABLE, UNDECIDED, HullSolver
+from exactlens.analysis.hull.request import HullRequest
 from exactlens.errors import ExactLensError
 from exactlens.progress import bar
 from exactlens.resources import check_work

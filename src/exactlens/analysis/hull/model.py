@@ -59,8 +59,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from exactlens.analysis.hull import METHODS, selectable_keys
-from exactlens.analysis.hull_request import HullRequest
+from exactlens.analysis.hull.keys import METHODS, selectable_keys
+from exactlens.analysis.hull.request import HullRequest
 from exactlens.dtypes import dtype_name
 from exactlens.errors import ExactLensError
 from exactlens.tasks.base import check_seed
@@ -219,30 +219,11 @@ def unselectable_by_layer(
 
     ``fraction_unselectable`` is the mean over sequences of each sequence's fraction.
     """
-    if method not in METHODS:
-        raise ExactLensError(f"method must be one of {METHODS}, got {method!r}")
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0.0 < float(tol) < 1.0:
-        raise ExactLensError(f"tol must be a float in (0, 1) (relative to the keys' scale), got {tol!r}")
-    if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
-        raise ExactLensError("tokens must be an integer torch.Tensor [batch, pos]")
-    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
-        raise ExactLensError(f"tokens must have shape [batch >= 1, pos >= 1], got {tuple(tokens.shape)}")
+    _check_arguments(tokens, tol, method)
     facts = _model_facts(model)
     n_layers, n_heads = facts["n_layers"], facts["n_heads"]
     lengths = _real_positions(tokens, n_positions)
-
-    from exactlens.model.transformer import ExactTransformer
-
-    kwargs: dict[str, Any] = {}
-    if isinstance(model, ExactTransformer):
-        if n_positions is not None:
-            kwargs["n_positions"] = torch.as_tensor(n_positions).long()
-    elif any(n != tokens.shape[1] for n in lengths):
-        raise ExactLensError(
-            f"padded sequences (n_positions) need an ExactTransformer; a {type(model).__name__} would attend to "
-            "the padding: pass sequences of equal length without n_positions"
-        )
-
+    kwargs = _forward_options(model, tokens, n_positions, lengths)
     w_q = _stacked(model, "W_Q", n_layers, n_heads)
     if w_q is None:
         raise ExactLensError(f"{type(model).__name__} has no W_Q [n_layers, n_heads, d_model, d_head] to read")
@@ -282,40 +263,11 @@ def unselectable_by_layer(
             entry["attention_input"] = "before_ln"
             entry["after_ln"] = None
         k_hook = f"blocks.{layer}.attn.hook_k"
-        keys = vectors(k_hook)
-        if keys[0].ndim != 3 or keys[0].shape[-1] != w_q.shape[-1]:
-            shape = tuple(cache[k_hook].shape)
-            raise ExactLensError(f"{k_hook} has shape {shape}, expected [batch, pos, head, d_head]")
-        n_kv = keys[0].shape[1]
-        if n_heads % n_kv:
-            raise ExactLensError(f"{k_hook} has {n_kv} key heads, which does not divide n_heads={n_heads}")
-        heads = []
-        for head in range(n_heads):
-            basis, outside = query_space(w_q[layer, head], None if b_q is None else b_q[layer, head])
-            kv = head // (n_heads // n_kv)
-            if basis.shape[0] == 0:  # every query is 0: all scores tie
-                projected = [np.zeros((k.shape[0], 1)) for k in keys]
-            else:
-                projected = [k[:, kv, :] @ basis.T for k in keys]
-            what = f"{k_hook} head {head}"
-            heads.append({"head": head, "hook": k_hook, "query_rank": int(basis.shape[0]),
-                          "query_bias_outside_span": bool(outside), "dim": int(max(basis.shape[0], 1)),
-                          **_selectability(projected, tol, method, what)})
-        entry["per_head"] = heads
+        entry["per_head"] = _per_head(vectors(k_hook), tuple(cache[k_hook].shape), k_hook, w_q[layer],
+                                      None if b_q is None else b_q[layer], tol, method)
         layers.append(entry)
 
     norm = facts["normalization"]
-    if not isinstance(norm, str):
-        note = ("normalization differs per layer (model.normalization lists it): pre-LN layers read ln1's output "
-                "(after_ln), the others blocks.{l}.hook_resid_pre (after_ln null)")
-    elif norm == "pre":
-        note = ("pre-LN: attention reads ln1's output; after_ln is blocks.{l}.ln1.hook_normalized "
-                "(centred and scaled, before gain and bias), before_ln is blocks.{l}.hook_resid_pre")
-    elif norm == "post":
-        note = ("post-LN: the vectors entering attention are blocks.{l}.hook_resid_pre itself (the previous "
-                "block's LN output for l >= 1, the embeddings for l = 0); after_ln is null")
-    else:
-        note = "no layer norm: the vectors entering attention are blocks.{l}.hook_resid_pre itself; after_ln is null"
     return {
         "model": facts,
         "n_sequences": len(lengths),
@@ -323,11 +275,77 @@ def unselectable_by_layer(
         "tolerance": float(tol),
         "method": method,
         "attention_input": "after_ln" if norm == "pre" else "before_ln",
-        "attention_input_note": note,
+        "attention_input_note": _input_note(norm),
         "query_space_note": ("per_head: keys projected onto span(range(W_Q^T), b_Q); an unselectable key there "
                              "is unselectable for every query the head can form"),
         "layers": layers,
     }
+
+
+def _check_arguments(tokens: Any, tol: Any, method: Any) -> None:
+    if method not in METHODS:
+        raise ExactLensError(f"method must be one of {METHODS}, got {method!r}")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0.0 < float(tol) < 1.0:
+        raise ExactLensError(f"tol must be a float in (0, 1) (relative to the keys' scale), got {tol!r}")
+    if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype not in (torch.int64, torch.int32):
+        raise ExactLensError("tokens must be an integer torch.Tensor [batch, pos]")
+    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise ExactLensError(f"tokens must have shape [batch >= 1, pos >= 1], got {tuple(tokens.shape)}")
+
+
+def _forward_options(model: Any, tokens: torch.Tensor, n_positions: Any, lengths: list[int]) -> dict[str, Any]:
+    """The forward's keyword arguments: ``n_positions`` for an ExactTransformer; other models take no padding."""
+    from exactlens.model.transformer import ExactTransformer
+
+    kwargs: dict[str, Any] = {}
+    if isinstance(model, ExactTransformer):
+        if n_positions is not None:
+            kwargs["n_positions"] = torch.as_tensor(n_positions).long()
+    elif any(n != tokens.shape[1] for n in lengths):
+        raise ExactLensError(
+            f"padded sequences (n_positions) need an ExactTransformer; a {type(model).__name__} would attend to "
+            "the padding: pass sequences of equal length without n_positions"
+        )
+    return kwargs
+
+
+def _per_head(keys: list[np.ndarray], shape: tuple[int, ...], k_hook: str, w_q: Any, b_q: Any, tol: float,
+              method: str) -> list[dict[str, Any]]:
+    """One layer's heads: its keys (``hook_k``, per sequence [pos, kv_head, d_head]) projected onto each head's
+    query space, then checked."""
+    n_heads = w_q.shape[0]
+    if keys[0].ndim != 3 or keys[0].shape[-1] != w_q.shape[-1]:
+        raise ExactLensError(f"{k_hook} has shape {shape}, expected [batch, pos, head, d_head]")
+    n_kv = keys[0].shape[1]
+    if n_heads % n_kv:
+        raise ExactLensError(f"{k_hook} has {n_kv} key heads, which does not divide n_heads={n_heads}")
+    heads = []
+    for head in range(n_heads):
+        basis, outside = query_space(w_q[head], None if b_q is None else b_q[head])
+        kv = head // (n_heads // n_kv)
+        if basis.shape[0] == 0:  # every query is 0: all scores tie
+            projected = [np.zeros((k.shape[0], 1)) for k in keys]
+        else:
+            projected = [k[:, kv, :] @ basis.T for k in keys]
+        what = f"{k_hook} head {head}"
+        heads.append({"head": head, "hook": k_hook, "query_rank": int(basis.shape[0]),
+                      "query_bias_outside_span": bool(outside), "dim": int(max(basis.shape[0], 1)),
+                      **_selectability(projected, tol, method, what)})
+    return heads
+
+
+def _input_note(norm: Any) -> str:
+    """What the vectors entering attention are, for the model's normalization (one or per layer)."""
+    if not isinstance(norm, str):
+        return ("normalization differs per layer (model.normalization lists it): pre-LN layers read ln1's output "
+                "(after_ln), the others blocks.{l}.hook_resid_pre (after_ln null)")
+    if norm == "pre":
+        return ("pre-LN: attention reads ln1's output; after_ln is blocks.{l}.ln1.hook_normalized "
+                "(centred and scaled, before gain and bias), before_ln is blocks.{l}.hook_resid_pre")
+    if norm == "post":
+        return ("post-LN: the vectors entering attention are blocks.{l}.hook_resid_pre itself (the previous "
+                "block's LN output for l >= 1, the embeddings for l = 0); after_ln is null")
+    return "no layer norm: the vectors entering attention are blocks.{l}.hook_resid_pre itself; after_ln is null"
 
 
 def _pad(batches: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from exactlens.analysis.hull_products import product_t
+from exactlens.analysis.hull.products import product_t
 from exactlens.progress import bar
 
 TILE = 512  # side of one tile of the Gram matrix (1 MiB of float32: stays in cache)

@@ -1,5 +1,5 @@
 """The request of ``hull`` (unselectable keys), beside the functions that take its defaults (the tolerance of
-exactlens.analysis.hull, hull_model, hull_random): light (no torch), so the verb's module imports it at
+exactlens.analysis.hull.keys, .model, .random): light (no torch), so the verb's module imports it at
 ``exactlens --help``."""
 
 from __future__ import annotations

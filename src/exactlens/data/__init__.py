@@ -1,1 +1,0 @@
-"""Small offline data sets (nothing is downloaded)."""
