@@ -11,9 +11,9 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("errors", "version", "dtypes", "devices", "jsonio", "outputs", "resources", "lazy", "progress",
+    ("base", ("markup", "errors", "version", "dtypes", "devices", "jsonio", "outputs", "resources", "lazy", "progress",
               "interrupts", "plugins", "requests", "results", "verb_registry", "callable_package")),
-    ("tasks", ("tasks", "data")),
+    ("tasks", ("tasks",)),
     ("model", ("model",)),
     ("constructions", ("constructions",)),
     ("interop", ("interop",)),
