@@ -1,20 +1,21 @@
 """The README's architecture picture is drawn from the real imports, and stays so.
 
-An AST scan of src/exactlens finds every import statement of every module (inside functions too; those under
-``if TYPE_CHECKING:`` too, each an import a reader follows) and every ``import_module``/``__import__`` of an
-"exactlens..." string. Modules are grouped into boxes: each subpackage of exactlens is one box, the small
-top-level modules are ``shared`` (errors, outputs, jsonio, progress, plugins, requests, results,
-verb_registry, ...: the base layer of tests/test_layers.py) and ``api`` (with the package's ``__init__`` and ``__main__``). Boxes are drawn from the top down in the order of
-their imports: a box stands above everything it imports, where it can (boxes that import each other share a
-rank, and their arrows are marked ``↑``, pointing up or sideways). The test compares the README's picture
-with the scan; ``python tests/test_readme_picture.py --write`` redraws it after a change of the imports.
+The module graph of tests/test_layers.py (every import statement of every module, inside functions and under
+``if TYPE_CHECKING:`` too, and every ``import_module``/``__import__`` of an "exactlens..." string) grouped into
+boxes: each subpackage of exactlens is one box, the small top-level modules are ``shared`` (errors, outputs,
+jsonio, progress, plugins, requests, results, verb_registry, ...: the base layer) and ``api`` (with the
+package's ``__init__`` and ``__main__``). Boxes are drawn from the top down in the order of their imports: a box
+stands above everything it imports, where it can (boxes that import each other would share a rank, their arrows
+marked ``↑``). The test compares the README's picture with the scan; ``python tests/test_readme_picture.py
+--write`` redraws it after a change of the imports.
 """
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
+
+from test_layers import graph as module_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "exactlens"
@@ -41,47 +42,13 @@ def box_of(module: str) -> str:
     return "shared"  # requests, results, verb_registry: the base layer of tests/test_layers.py too
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(SRC.parent).with_suffix("")
-    names = list(rel.parts)
-    return ".".join(names[:-1] if names[-1] == "__init__" else names)
-
-
-def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.split(".")[0] == "exactlens"}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".") if is_package else module.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target == "exactlens":  # a submodule by its name, else a name of the package's __init__
-                out |= {f"exactlens.{a.name}" if (SRC / a.name).is_dir() or (SRC / f"{a.name}.py").exists()
-                        else "exactlens" for a in node.names}
-            elif target.split(".")[0] == "exactlens":
-                out.add(target)
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-            name = ast.unparse(node.func)
-            value = node.args[0].value
-            if name.endswith(("import_module", "__import__")) and isinstance(value, str) \
-                    and value.split(".")[0] == "exactlens":
-                out.add(value)
-    return out
-
-
 def import_graph() -> dict[str, set[str]]:
-    """Box -> the boxes its modules import (itself left out)."""
-    graph: dict[str, set[str]] = {}
-    for path in sorted(SRC.rglob("*.py")):
-        module = _module_name(path)
+    """Box -> the boxes its modules import (itself left out), from tests/test_layers.py's module graph."""
+    out: dict[str, set[str]] = {}
+    for module, imported in module_graph().items():
         source = box_of(module)
-        targets = {box_of(name) for name in _imported(ast.parse(path.read_text()), module, path.name == "__init__.py")}
-        graph.setdefault(source, set()).update(targets - {source})
-    return graph
+        out.setdefault(source, set()).update({box_of(name) for name in imported} - {source})
+    return out
 
 
 def _ranks(graph: dict[str, set[str]]) -> dict[str, int]:
