@@ -7,7 +7,9 @@ lr 3e-4, one step per epoch of 100 fresh words (drawn with torch.randint, batche
 ``train("first", ...)`` with the same sizes, words per step, lengths and epochs (its hooks, checks,
 history records and fused kernels included; one evaluation on one word at the end). Rounds
 alternate which side runs first; the table gives median seconds per epoch and the ratio
-baseline / exactlens (>= 1.0: exactlens is not slower; goal >= 1.0x).
+baseline / exactlens, against issue 44's goals: >= 2x at |w| = 10 and >= 1.5x at |w| = 100 (other lengths:
+>= 1.5x). Both sides run in this one process on one thread (``--threads``), so the ratio holds up on a shared
+machine better than either time; the load average is printed before and after.
 
 Usage: PYTHONPATH=src python benchmarks/bench_vs_torch.py [--lengths 10,100] [--epochs 100] [--rounds 3]
        [--quick] [--results PATH]   (--quick: 20 epochs, 1 round)
@@ -25,6 +27,12 @@ from bench_training import PaperLoopModel  # the same FIRST model; batched here
 from goals import Goals, add_arguments
 
 from exactlens.train import train
+
+GOALS = {10: 2.0, 100: 1.5}  # plain / exactlens at |w| (issue 44); other lengths: 1.5
+
+
+def goal_of(length: int) -> float:
+    return GOALS.get(length, 1.5)
 
 
 def plain_epochs(model: PaperLoopModel, optim: torch.optim.Optimizer, length: int, epochs: int,
@@ -81,11 +89,13 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for length in (int(v) for v in args.lengths.split(",")):
         row = compare(length, args.epochs, args.rounds)
-        verdict = "met" if row["ratio"] >= 1.0 else "NOT met"
+        goal = goal_of(length)
+        verdict = "met" if row["ratio"] >= goal else "NOT met"
         print(f"| {length} | {row['plain']:.5f} | {row['exactlens']:.5f} | **{row['ratio']:.2f}x** | "
-              f"{row['best']:.2f}x | >= 1.0x: {verdict} |", flush=True)
+              f"{row['best']:.2f}x | >= {goal:g}x: {verdict} |", flush=True)
         goals.add(f"train('first') vs plain batched PyTorch, |w| = {length} (plain / exactlens)", row["ratio"], "x",
-                  ">= 1.0")
+                  f">= {goal:g}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     goals.write(args.results, args.overwrite)
 
 
