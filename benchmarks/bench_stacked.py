@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_sweep import spec_text
+from bench_sweep import fig4_settings, spec_text
 from bench_training import PaperLoopModel
 from bench_vs_torch import plain_epochs
 from goals import Goals, add_arguments
@@ -60,10 +60,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per grid point (default 10; --quick 4)")
     add_arguments(parser)
     args = parser.parse_args()
-    lengths = [10, 30] if args.quick else [10, 30, 100, 300]
-    seeds = args.seeds or (4 if args.quick else 10)
-    epochs = args.epochs or (5 if args.quick else 50)
-    test_length, test_strings = (100, 20) if args.quick else (1000, 100)
+    lengths, seeds, epochs, test_length, test_strings = fig4_settings(args, 50)
     cores = os.cpu_count() or 1
     runs = len(lengths) * 2 * seeds
     goals = Goals("bench_stacked.py", quick=args.quick)
