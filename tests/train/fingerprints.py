@@ -3,8 +3,8 @@
 A fingerprint is the SHA-256 of a run's trained weights (every parameter's float64 bytes, in
 ``named_parameters`` order) and of its history (every record, ``wall_s`` left out). ``RUNS`` are
 small runs that cover the loop's paths: one run (SingleRun), stacked runs of padded words of
-variable length with several steps per epoch, log-n scaling, a per-position task with a causal mask,
-and checkpoints. ``canary`` fingerprints the kernels those runs call (products, batched products,
+variable length with several steps per epoch, log-n scaling, checkpoints, and LBFGS (Shin & Matzinger's
+regression task). ``canary`` fingerprints the kernels those runs call (products, batched products,
 torch's fused attention and layer norm, Adam) on fixed inputs: where it differs from the recorded
 one, this machine's BLAS rounds differently from the machine that recorded the runs, and the runs
 cannot be compared bit for bit there.
@@ -32,6 +32,7 @@ RUNS: dict[str, dict[str, Any]] = {
                                     eval_every=2, test_strings=10, test_length=[2, 9]),
     "one stacked checkpoints": dict(task="one", seeds=[4, 5], epochs=6, train_length=6, eval_every=3, test_strings=8,
                                     test_length=6, checkpoint_every=2),
+    "pairs lbfgs": dict(task="pairs", seeds=[2], epochs=3),
 }
 
 
