@@ -8,7 +8,7 @@ VENV_TL39 := .venv-tl39
 PIP_FLAGS ?= --quiet --disable-pip-version-check
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
-.PHONY: setup setup-tl39 setup-browser test test-main test-tl39 test-slow report bench lint clean
+.PHONY: setup setup-tl39 setup-browser test test-main test-tl39 test-slow report bench bench-readme lint clean
 
 setup: $(VENV)/.installed
 setup-tl39: $(VENV_TL39)/.installed
@@ -45,7 +45,7 @@ setup-browser:
 	echo "could not install chromium-headless-shell: browser tests will skip (or fail in CI)" >&2
 
 test-main: setup setup-browser
-	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS) -n 2 --dist loadgroup -m "not slow"
+	$(VENV)/bin/python -m pytest $(PYTEST_FLAGS) -n 2 --dist loadgroup -m "not slow" --durations=20
 
 test-tl39: setup-tl39
 	$(VENV_TL39)/bin/python -m pytest $(PYTEST_FLAGS) -m "export or tl39" tests/model/test_export.py tests/model/test_tl_habits.py tests/interop/test_foreign.py
@@ -57,9 +57,15 @@ report: setup
 	$(VENV)/bin/exactlens report --out report --overwrite
 
 # Every benchmarks/bench_*.py (its own output as it runs), then one table of every measured number
-# beside its goal. `make bench BENCH_FLAGS=--quick`: small settings, a smoke run of a few minutes.
+# beside its goal, with the date and the load average, also written to bench-results.json.
+# `make bench BENCH_FLAGS=--quick`: small settings, a smoke run of a few minutes.
+# `make bench-readme`: the README's generated table (between its bench-table markers) from bench-results.json.
+BENCH_RESULTS ?= bench-results.json
 bench: setup
-	$(VENV)/bin/python benchmarks/run_all.py $(BENCH_FLAGS)
+	$(VENV)/bin/python benchmarks/run_all.py $(BENCH_FLAGS) --results $(BENCH_RESULTS) --overwrite
+
+bench-readme: setup
+	$(VENV)/bin/python benchmarks/readme_table.py $(BENCH_RESULTS)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -40,6 +40,15 @@ grid = {{ train_length = {lengths}, scaled = [false, true] }}
 """
 
 
+def fig4_settings(args: argparse.Namespace, epochs: int) -> tuple[list[int], int, int, int, int]:
+    """(lengths, seeds, epochs, test length, test words) of Fig. 4 as the arguments ask; ``epochs`` the full
+    default (``--quick``: lengths 10 and 30, 4 seeds, 5 epochs, 20 test words of length 100)."""
+    lengths = [10, 30] if args.quick else [10, 30, 100, 300]
+    seeds = args.seeds or (4 if args.quick else 10)
+    test_length, test_strings = (100, 20) if args.quick else (1000, 100)
+    return lengths, seeds, args.epochs or (5 if args.quick else epochs), test_length, test_strings
+
+
 def run(engine: str, spec: Path, out: Path) -> tuple[float, list[dict]]:
     import exactlens as el
 
@@ -77,10 +86,7 @@ def main() -> int:
     parser.add_argument("--skip-ray", action="store_true", help="the local engine only")
     add_arguments(parser)
     args = parser.parse_args()
-    lengths = [10, 30] if args.quick else [10, 30, 100, 300]
-    seeds = args.seeds or (4 if args.quick else 10)
-    epochs = args.epochs or (5 if args.quick else 1000)
-    test_length, test_strings = (100, 20) if args.quick else (1000, 100)
+    lengths, seeds, epochs, test_length, test_strings = fig4_settings(args, 1000)
     cores = os.cpu_count() or 1
     goals = Goals("bench_sweep.py", quick=args.quick)
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:

@@ -6,8 +6,11 @@ embedding plus the I[i = 1] position feature, a linear readout at [CLS], binary 
 lr 3e-4, one step per epoch of 100 fresh words (drawn with torch.randint, batched). exactlens runs
 ``train("first", ...)`` with the same sizes, words per step, lengths and epochs (its hooks, checks,
 history records and fused kernels included; one evaluation on one word at the end). Rounds
-alternate which side runs first; the table gives median seconds per epoch and the ratio
-baseline / exactlens (>= 1.0: exactlens is not slower; goal >= 1.0x).
+alternate which side runs first; the table gives the median process CPU seconds per epoch (one thread: the
+time the process computed, whatever else the machine runs; the wall-time ratio is printed beside it) and the
+ratio baseline / exactlens, against issue 44's goals: >= 2x at |w| = 10 and >= 1.5x at |w| = 100 (other lengths:
+>= 1.5x). Both sides run in this one process on one thread (``--threads``), so the ratio holds up on a shared
+machine better than either time; the load average is printed before and after.
 
 Usage: PYTHONPATH=src python benchmarks/bench_vs_torch.py [--lengths 10,100] [--epochs 100] [--rounds 3]
        [--quick] [--results PATH]   (--quick: 20 epochs, 1 round)
@@ -25,6 +28,12 @@ from bench_training import PaperLoopModel  # the same FIRST model; batched here
 from goals import Goals, add_arguments
 
 from exactlens.train import train
+
+GOALS = {10: 2.0, 100: 1.5}  # plain / exactlens at |w| (issue 44); other lengths: 1.5
+
+
+def goal_of(length: int) -> float:
+    return GOALS.get(length, 1.5)
 
 
 def plain_epochs(model: PaperLoopModel, optim: torch.optim.Optimizer, length: int, epochs: int,
@@ -48,18 +57,21 @@ def compare(length: int, epochs: int, rounds: int) -> dict[str, float]:
     plain_epochs(model, optim, length, 2, generator)  # warm-up both
     train("first", **dict(options, epochs=2))
     times: dict[str, list[float]] = {"plain": [], "exactlens": []}
+    walls: dict[str, list[float]] = {"plain": [], "exactlens": []}
     for r in range(rounds):
         order = ["plain", "exactlens"] if r % 2 == 0 else ["exactlens", "plain"]
         for side in order:
-            start = time.perf_counter()
+            start, wall = time.process_time(), time.perf_counter()
             if side == "plain":
                 plain_epochs(model, optim, length, epochs, generator)
             else:
                 train("first", seed=r, **options)
-            times[side].append((time.perf_counter() - start) / epochs)
+            times[side].append((time.process_time() - start) / epochs)
+            walls[side].append((time.perf_counter() - wall) / epochs)
     plain, ours = statistics.median(times["plain"]), statistics.median(times["exactlens"])
     return {"length": length, "plain": plain, "exactlens": ours, "ratio": plain / ours,
-            "best": min(times["plain"]) / min(times["exactlens"])}
+            "best": min(times["plain"]) / min(times["exactlens"]),
+            "wall_ratio": statistics.median(walls["plain"]) / statistics.median(walls["exactlens"])}
 
 
 def main() -> None:
@@ -77,15 +89,18 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), load average {os.getloadavg()[0]:.2f}; "
           f"FIRST shape, 100 words per Adam step, {args.epochs} steps, median of {args.rounds} alternating rounds")
-    print("| \\|w\\| | plain PyTorch s/step | exactlens s/step | plain / exactlens | fastest rounds | goal |")
-    print("|---|---|---|---|---|---|")
+    print("| \\|w\\| | plain PyTorch CPU s/step | exactlens CPU s/step | plain / exactlens | fastest rounds "
+          "| wall ratio | goal |")
+    print("|---|---|---|---|---|---|---|")
     for length in (int(v) for v in args.lengths.split(",")):
         row = compare(length, args.epochs, args.rounds)
-        verdict = "met" if row["ratio"] >= 1.0 else "NOT met"
+        goal = goal_of(length)
+        verdict = "met" if row["ratio"] >= goal else "NOT met"
         print(f"| {length} | {row['plain']:.5f} | {row['exactlens']:.5f} | **{row['ratio']:.2f}x** | "
-              f"{row['best']:.2f}x | >= 1.0x: {verdict} |", flush=True)
-        goals.add(f"train('first') vs plain batched PyTorch, |w| = {length} (plain / exactlens)", row["ratio"], "x",
-                  ">= 1.0")
+              f"{row['best']:.2f}x | {row['wall_ratio']:.2f}x | >= {goal:g}x: {verdict} |", flush=True)
+        goals.add(f"train('first') vs plain batched PyTorch, |w| = {length} (plain / exactlens, CPU time)",
+                  row["ratio"], "x", f">= {goal:g}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     goals.write(args.results, args.overwrite)
 
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from goals import fmt, read
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         check_output(args.results, overwrite=args.overwrite, kind="file", what="benchmark results")
     rows: list[dict] = []
     failed = 0
+    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="exactlens-bench-") as tmp:
         for script in scripts(args.only):
             out = Path(tmp) / f"{script.stem}.json"
@@ -98,11 +101,15 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"script": script.name, "error": f"{why} after {seconds:.0f} s"})
                 continue
             rows += [dict(item, script=script.name) for item in read(out)["results"]]
-    print(f"\n== every measured number against its goal{' (--quick)' if args.quick else ''}")
+    load = [round(load_start, 2), round(os.getloadavg()[0], 2)]
+    print(f"\n== every measured number against its goal{' (--quick)' if args.quick else ''}, {made}, "
+          f"load average {load[0]:.2f} at the start, {load[1]:.2f} at the end")
     print(table(rows, args.quick), flush=True)
-    if args.results is not None:
-        write_text(args.results, dumps({"quick": args.quick, "results": rows}, indent=1) + "\n",
-                   overwrite=args.overwrite, what="benchmark results")
+    if args.results is not None:  # benchmarks/readme_table.py makes the README's table from this file
+        command = " ".join(["benchmarks/run_all.py", *(["--quick"] if args.quick else []),
+                            *(["--only", args.only] if args.only else [])])
+        data = {"quick": args.quick, "command": command, "made": made, "load_average": load, "results": rows}
+        write_text(args.results, dumps(data, indent=1) + "\n", overwrite=args.overwrite, what="benchmark results")
     return 1 if failed else 0
 
 

@@ -104,3 +104,40 @@ def test_a_failing_script_is_a_row_and_exit_status_1(tmp_path, monkeypatch, caps
     assert run_all.main([]) == 1
     out = capsys.readouterr().out
     assert "| bench_fails.py | exit status 3 after" in out and "| bench_silent.py | wrote no results after" in out
+
+
+def test_the_readme_bench_table_is_what_the_generator_makes_of_it():
+    """README.md's generated block (benchmarks/readme_table.py) has the generator's exact format: reading it back
+    and rendering it again gives the same text, header (command, date, load average) and every row."""
+    import readme_table
+
+    block = readme_table.block_of((ROOT / "README.md").read_text(encoding="utf-8"))
+    data = readme_table.parse(block)
+    assert data["results"], "the README's bench table shows no numbers"
+    assert readme_table.render(data) == block
+
+
+def test_readme_table_round_trip_and_rewrite():
+    import readme_table
+
+    data = {"quick": True, "command": "benchmarks/run_all.py --quick", "made": "2026-11-28 10:00 UTC",
+            "load_average": [1.25, 3.5], "results": [
+                {"script": "bench_a.py", "name": "x vs y, |w| = 10 (a | b)", "measured": 2.13, "unit": "x",
+                 "goal": ">= 2", "met": True},
+                {"script": "bench_a.py", "name": "seconds", "measured": 12.6, "unit": "s", "goal": "< 10",
+                 "met": False},
+                {"script": "bench_a.py", "name": "nothing measured", "measured": None, "unit": "x", "goal": None,
+                 "met": None},
+                {"script": "bench_b.py", "error": "exit status 3 after 2 s"}]}
+    block = readme_table.render(data)
+    assert "load average 1.25 at the start and 3.50 at the end" in block and "2.13x" in block
+    back = readme_table.parse(block)
+    shown = [dict(r, unit="") if r.get("measured", 0) is None else r for r in data["results"]]  # n/a: no unit shown
+    assert back["results"] == shown and back["quick"] and back["command"] == data["command"]
+    readme = f"# T\n\ntext before\n\n{readme_table.START}\nold\n{readme_table.END}\n\ntext after\n"
+    new = readme_table.rewrite(readme, data)
+    assert new.startswith("# T\n\ntext before\n\n") and new.endswith("\n\ntext after\n") and block in new
+    with pytest.raises(ExactLensError, match="markers"):
+        readme_table.rewrite("# no markers\n", data)
+    with pytest.raises(ExactLensError, match="'made'"):
+        readme_table.render({k: v for k, v in data.items() if k != "made"})

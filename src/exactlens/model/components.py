@@ -65,6 +65,7 @@ class PosEmbed(nn.Module):
             self.W_pos = _param(cfg.n_ctx, cfg.d_model, dtype=cfg.torch_dtype)
         else:
             self.W_feat = _param(len(cfg.positional_features), cfg.d_model, dtype=cfg.torch_dtype)
+        self._features: dict[tuple, torch.Tensor] = {}
 
     def forward(self, n_pos: int, n_positions: torch.Tensor, padded: bool = True) -> torch.Tensor:
         """padded=False promises n_positions == n_pos for every row (features computed once)."""
@@ -72,10 +73,22 @@ class PosEmbed(nn.Module):
         if self.cfg.learned_positions:
             return self.W_pos[:n_pos].unsqueeze(0).expand(batch, -1, -1)
         if not padded:
-            feats = evaluate_features(self.cfg.positional_features, n_pos, n_positions[:1], self.W_feat.dtype)
-            return (feats @ self.W_feat).expand(batch, -1, -1)
+            return (self._unpadded_features(n_pos) @ self.W_feat).expand(batch, -1, -1)
         feats = evaluate_features(self.cfg.positional_features, n_pos, n_positions, self.W_feat.dtype)
         return feats @ self.W_feat
+
+    def _unpadded_features(self, n_pos: int) -> torch.Tensor:
+        """Features [1, n_pos, n_features] of a word of n_pos positions, computed once per length, dtype and
+        device (a training run asks for the same few every step). Computed from n_pos itself, never from a
+        caller's tensor, so a tensor mapped by torch.vmap never enters the cache."""
+        key = (n_pos, self.W_feat.dtype, self.W_feat.device, self.cfg.positional_features)
+        feats = self._features.get(key)
+        if feats is None:
+            if len(self._features) >= 64:  # many lengths (a sweep of verify calls): start over
+                self._features.clear()
+            n = torch.full((1,), n_pos, dtype=torch.long, device=self.W_feat.device)
+            feats = self._features[key] = evaluate_features(self.cfg.positional_features, n_pos, n, self.W_feat.dtype)
+        return feats
 
 
 class LayerNorm(nn.Module):
@@ -201,8 +214,11 @@ def _mask_bias(q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor | Non
     return None if mask is None else q.new_zeros(()).masked_fill(~mask, -math.inf)
 
 
-def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """x [batch, pos, ...] at one position per row, rows [batch] -> [batch, 1, ...]."""
+def gather_rows(x: torch.Tensor, rows: torch.Tensor | int) -> torch.Tensor:
+    """x [batch, pos, ...] at one position per row, rows [batch] -> [batch, 1, ...]; an int: that position in
+    every row (a slice: no index tensor, and a copy instead of a scatter in the backward pass)."""
+    if isinstance(rows, int):
+        return x[:, rows : rows + 1]
     index = rows.view(-1, 1, *([1] * (x.ndim - 2))).expand(-1, 1, *x.shape[2:])
     return x.gather(1, index)
 
@@ -270,20 +286,24 @@ class Attention(nn.Module):
         x: torch.Tensor,
         allowed: torch.Tensor | None,
         n_positions: torch.Tensor,
-        query_rows: torch.Tensor | None = None,
+        query_rows: torch.Tensor | int | None = None,
     ) -> torch.Tensor:
         """allowed: bool [batch, 1, query, key], or None when every query sees every key.
-        query_rows [batch]: only that query position of each row (keys and values from every position)."""
-        x_query = x
-        if query_rows is not None:
-            x_query = gather_rows(x, query_rows)
-            if allowed is not None:
-                allowed = allowed.expand(x.shape[0], -1, -1, -1).gather(
-                    2, query_rows.view(-1, 1, 1, 1).expand(-1, 1, 1, allowed.shape[-1])
-                )
-        q = self.hook_q(torch.einsum("bpm,hmd->bphd", x_query, self.W_Q) + self.b_Q)
-        k = self.hook_k(torch.einsum("bpm,hmd->bphd", x, self.W_K) + self.b_K)
-        v = self.hook_v(torch.einsum("bpm,hmd->bphd", x, self.W_V) + self.b_V)
+        query_rows [batch]: only that query position of each row (keys and values from every position); an int:
+        that position in every row."""
+        if isinstance(query_rows, int) and allowed is not None:
+            allowed = allowed[:, :, query_rows : query_rows + 1]
+        elif query_rows is not None and allowed is not None:
+            allowed = allowed.expand(x.shape[0], -1, -1, -1).gather(
+                2, query_rows.view(-1, 1, 1, 1).expand(-1, 1, 1, allowed.shape[-1])
+            )
+        if self.fused and x.dtype != torch.float64:
+            q, k, v = self._fused_products(x, query_rows)
+        else:
+            x_query = x if query_rows is None else gather_rows(x, query_rows)
+            q, k, v = (torch.einsum("bpm,hmd->bphd", inp, w) + b for inp, w, b in (
+                (x_query, self.W_Q, self.b_Q), (x, self.W_K, self.b_K), (x, self.W_V, self.b_V)))
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         # Scores (q . k) / divisor [* log n]; the per-row factor is applied to q so
         # that the [query, key] matrix is swept once (one product, one softmax).
         q_rows = self._query_rows(q, n_positions)  # [b, h, q, d]
@@ -304,6 +324,19 @@ class Attention(nn.Module):
             z = torch.cat([self._attend(q_rows[:, :, i : i + step], k_t, v_t, _query_slice(allowed, i, step), n_keys)
                            for i in range(0, n_queries, step)], dim=2)
         return self._output(self.hook_z(z.permute(0, 2, 1, 3)))  # z [b, q, h, d]
+
+    def _fused_products(self, x: torch.Tensor, query_rows: torch.Tensor | int | None) -> tuple[torch.Tensor, ...]:
+        """q, k, v [b, pos, h, d] from one product of the flattened stream with [d_model, 3 h d] (the training
+        loop's path, see set_fused): one kernel call and a few backward nodes instead of three einsums' permutes,
+        batched products and bias adds (1.6-1.8x those at the training loop's sizes). With query_rows, q at those
+        rows only. Float32 only: in float64 the products and their gradients sum in another order than the
+        einsums', and float64 training keeps its weights bit for bit (tests/train/test_bit_identical.py)."""
+        batch, n_pos, m = x.shape
+        h, d = self.cfg.n_heads, self.cfg.d_head
+        w = torch.stack((self.W_Q, self.W_K, self.W_V)).permute(2, 0, 1, 3).reshape(m, 3 * h * d)
+        qkv = x.reshape(batch * n_pos, m) @ w + torch.stack((self.b_Q, self.b_K, self.b_V)).reshape(3 * h * d)
+        q, k, v = qkv.view(batch, n_pos, 3, h, d).unbind(2)
+        return (q if query_rows is None else gather_rows(q, query_rows)), k, v
 
     def _query_rows(self, q: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
         """q [b, q, h, d] -> [b, h, q, d] scaled so that q_rows @ k^T are the scores: divided by the
@@ -413,9 +446,9 @@ class Block(nn.Module):
             setattr(self, f"hook_{name}", HookPoint())
 
     def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, n_positions: torch.Tensor,
-                query_rows: torch.Tensor | None = None) -> torch.Tensor:
-        """query_rows [batch]: compute this layer at one position per row (every position is still
-        a key), output [batch, 1, d_model]: all a readout at that position needs from a last layer."""
+                query_rows: torch.Tensor | int | None = None) -> torch.Tensor:
+        """query_rows [batch] (or one int for every row): compute this layer at one position per row (every
+        position is still a key), output [batch, 1, d_model]: all a readout at that position needs from a last layer."""
         x = self.hook_resid_pre(x)
         attn_in = self.ln1(x) if self.norm == "pre" else x
         if query_rows is not None:

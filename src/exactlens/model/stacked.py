@@ -56,6 +56,7 @@ class StackedRuns:
             name: torch.stack([t[name].detach() for t in tables]).requires_grad_(param.requires_grad)
             for name, param in tables[0].items()
         }
+        self._shapes: set[tuple] = set()
 
     def __len__(self) -> int:
         return len(self.models)
@@ -64,9 +65,11 @@ class StackedRuns:
     def trainable(self) -> list[torch.Tensor]:
         return [p for p in self.params.values() if p.requires_grad]
 
-    def readout(self, tokens: torch.Tensor, n_positions: torch.Tensor, readout_only: bool = True) -> torch.Tensor:
+    def readout(self, tokens: torch.Tensor, n_positions: torch.Tensor, readout_only: bool = True,
+                drawn: bool = False) -> torch.Tensor:
         """Each run's readout on its own batch: tokens [R, B, pos] (right-padded), n_positions [R, B]
-        -> outputs [R, B, ...] (the shapes of ExactTransformer.readout)."""
+        -> outputs [R, B, ...] (the shapes of ExactTransformer.readout). ``drawn``: the words are the training
+        loop's own (see ``check_drawn``)."""
         runs = len(self.models)
         if tokens.ndim != 3 or tokens.shape[0] != runs or n_positions.shape != tokens.shape[:2]:
             raise ExactLensError(
@@ -74,7 +77,10 @@ class StackedRuns:
                 f"{tuple(tokens.shape)} and {tuple(n_positions.shape)}"
             )
         base = self._run.m
-        _, padded = base._check_input(tokens.flatten(0, 1), n_positions.flatten())
+        if drawn:
+            padded = check_drawn(base, tokens.flatten(0, 1), n_positions.flatten(), self._shapes)
+        else:
+            _, padded = base._check_input(tokens.flatten(0, 1), n_positions.flatten())
         weights = {f"m.{name}": value for name, value in self.params.items()}
 
         def one(params: dict[str, torch.Tensor], t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
@@ -125,6 +131,7 @@ class SingleRun:
         self.model = model
         self._own = dict(model.named_parameters())
         self._flags = {name: p.requires_grad for name, p in self._own.items()}
+        self._shapes: set[tuple] = set()
 
     def __len__(self) -> int:
         return 1
@@ -138,7 +145,8 @@ class SingleRun:
     def trainable(self) -> list[torch.Tensor]:
         return [p for p in self._own.values() if p.requires_grad]
 
-    def readout(self, tokens: torch.Tensor, n_positions: torch.Tensor, readout_only: bool = True) -> torch.Tensor:
+    def readout(self, tokens: torch.Tensor, n_positions: torch.Tensor, readout_only: bool = True,
+                drawn: bool = False) -> torch.Tensor:
         """StackedRuns.readout for one run: tokens [1, B, pos], n_positions [1, B] -> outputs [1, B, ...]."""
         if tokens.ndim != 3 or tokens.shape[0] != 1 or n_positions.shape != tokens.shape[:2]:
             raise ExactLensError(
@@ -146,7 +154,11 @@ class SingleRun:
                 f"{tuple(tokens.shape)} and {tuple(n_positions.shape)}"
             )
         model = self.model
-        checked, padded = model._check_input(tokens[0], n_positions[0])
+        if drawn:
+            checked = n_positions[0].long()
+            padded = check_drawn(model, tokens[0], checked, self._shapes)
+        else:
+            checked, padded = model._check_input(tokens[0], n_positions[0])
         logits = model.run(tokens[0], checked, padded, readout_only=readout_only)
         return model.select_readout(logits, checked)[None]
 
@@ -174,6 +186,55 @@ class SingleRun:
         """Restore each parameter's requires_grad as the model had it (``freeze`` changes them)."""
         for name, p in self._own.items():
             p.requires_grad_(self._flags[name])
+
+
+class FlatLeaves:
+    """Leaf tensors (parameters) laid out in one flat buffer, with their gradients in another: an optimizer
+    updates ``flat`` (one tensor: one fused Adam call and one zeroing per step instead of one per parameter) and
+    each leaf sees the update, being a view of it; each leaf's gradient is a view of ``flat.grad``, into which
+    backward adds in place. ``zero_grad`` zeroes the one buffer; ``release`` gives every leaf its own storage back
+    (its values and last gradient), as it had before. The same values step for step: 0 + g is g, and the
+    optimizer's arithmetic is per element."""
+
+    def __init__(self, leaves: Sequence[torch.Tensor]):
+        self.leaves = list(leaves)
+        with torch.no_grad():
+            self.flat = torch.cat([t.detach().reshape(-1) for t in self.leaves]).requires_grad_(True)
+        self.flat.grad = torch.zeros_like(self.flat)
+        offset = 0
+        for leaf in self.leaves:
+            n = leaf.numel()
+            leaf.data = self.flat.detach()[offset : offset + n].view_as(leaf)
+            leaf.grad = self.flat.grad[offset : offset + n].view_as(leaf)
+            offset += n
+
+    def zero_grad(self) -> None:
+        self.flat.grad.zero_()
+
+    def release(self) -> None:
+        for leaf in self.leaves:
+            leaf.data = leaf.detach().clone()
+            leaf.grad = leaf.grad.clone()
+
+
+def flat_or_not(leaves: list[torch.Tensor]) -> FlatLeaves | None:
+    """FlatLeaves of the leaves when there are several, all of one dtype and device (else None)."""
+    if len(leaves) < 2 or len({(t.dtype, t.device) for t in leaves}) > 1:
+        return None
+    return FlatLeaves(leaves)
+
+
+def check_drawn(model: ExactTransformer, tokens: torch.Tensor, n_positions: torch.Tensor, seen: set[tuple]) -> bool:
+    """Whether some row is padded, for words [B, pos] the training loop drew (the task's encoder checked their
+    ids): the model's whole input check (ids, positions, the forward pass's work and memory) runs once per shape
+    and padding, recorded in ``seen``; after that only the padding is read (one comparison instead of the
+    checks' reductions and limits, every step)."""
+    padded = bool((n_positions != tokens.shape[1]).any())
+    key = (tuple(tokens.shape), padded)
+    if key not in seen:
+        model._check_input(tokens, n_positions)
+        seen.add(key)
+    return padded
 
 
 def training_runs(models: Sequence[ExactTransformer]) -> StackedRuns | SingleRun:

@@ -214,7 +214,10 @@ class ExactTransformer(HookedRootModule):
             x = self.hook_embed(self.embed(inputs)) + self.hook_pos_embed(self.pos_embed(n_pos, n_positions, padded))
         else:
             x = inputs
-        rows = self.readout_rows(n_positions) if readout_only and stop == cfg.n_layers else None
+        rows = None
+        if readout_only and stop == cfg.n_layers and cfg.readout != "per_position":  # the readout's rows only
+            pos = cfg.readout_position  # one position for every row: a slice, else one index per row
+            rows = pos if pos >= 0 else self.readout_rows(n_positions)
         for layer in range(start, stop):
             block = self.blocks[layer]
             x = block(x, allowed[block.attn.mask], n_positions, rows if layer == cfg.n_layers - 1 else None)

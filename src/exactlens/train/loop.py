@@ -40,21 +40,20 @@ from exactlens.errors import ExactLensError
 from exactlens.jsonio import dumps
 from exactlens.model import ExactConfig, ExactTransformer, StackedRuns
 from exactlens.model.config import parameter_bytes
-from exactlens.model.stacked import SingleRun, training_runs
+from exactlens.model.stacked import SingleRun, flat_or_not, training_runs
 from exactlens.outputs import staged
 from exactlens.progress import bar, printing_around_bars
 from exactlens.resources import check_run_count
 from exactlens.tasks import kinds
 from exactlens.tasks.base import check_seed
-from exactlens.train.budget import EVAL_SCORE_BUDGET, check_training
+from exactlens.train.budget import check_training
 from exactlens.train.checkpoints import CHECKPOINT_DIR, Checkpoint, Keeper, checkpoint_steps
 from exactlens.train.data import PAD_ID, Batch, sample_batch, split
-from exactlens.train.metrics import Metric
+from exactlens.train.evaluation import LN2, evaluate
 from exactlens.train.presets import TrainSpec, get_preset
 
 HISTORY_FILE = "history.jsonl"
 RUN_FILE = "run.json"
-LN2 = math.log(2.0)
 
 HISTORY_FIELDS = (
     "epoch",
@@ -110,73 +109,6 @@ def seed_generators(seed: int) -> dict[str, torch.Generator]:
     return {n: torch.Generator().manual_seed(int(s) & (2**63 - 1)) for n, s in zip(names, states, strict=True)}
 
 
-# ---- evaluation ------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def evaluate(
-    model: ExactTransformer, batch: Batch, task: tasks.Task | None = None, metrics: tuple[Metric, ...] = ()
-) -> dict[str, Any]:
-    """Test metrics of a model on a batch, in eval mode: loss (bits per word; per position for
-    prediction), accuracy (per word), per-position accuracy, MSE and R^2 (regression), and each
-    metric's fields (means per word)."""
-    task = task if task is not None else tasks.of_model(model)
-    reader = tasks.reader(model, task)
-    width = batch.tokens.shape[1]
-    chunk = max(1, EVAL_SCORE_BUDGET // (model.cfg.n_heads * width * width))
-    sums = {"loss": 0.0, "correct": 0.0, "pos_right": 0.0, "pos_count": 0.0}
-    extra: dict[str, float] = {f: 0.0 for m in metrics for f in m.fields}
-    values, targets, valids = [], [], []
-    was_training = model.training
-    model.eval()
-    try:
-        for part in split(batch, chunk):
-            part = part.to(model.device)  # words are drawn on the CPU; the model reads them where it is
-            n_positions = part.n_positions if part.padded else None
-            cache: dict[str, torch.Tensor] = {}
-            hooks = [(m.hooks, _keep(cache)) for m in metrics]
-            with model.hooks(fwd_hooks=hooks):
-                outputs = model.readout(part.tokens, n_positions)
-            loss = kinds.loss(task, outputs.double(), part.targets, part.n_positions)
-            predictions = reader.decide(outputs, part.n_positions)
-            scores = task.score(predictions, part.targets, part.n_positions)
-            sums["loss"] += float(loss.sum())
-            sums["correct"] += float(scores.correct.sum())
-            if scores.valid is not None:
-                sums["pos_right"] += float((scores.position_correct & scores.valid).sum())
-                sums["pos_count"] += float(scores.valid.sum())
-            if task.kind == "regression":
-                values.append(predictions.double())
-                targets.append(part.targets.double())
-                valids.append(scores.valid)
-            for metric in metrics:
-                for name, value in metric.compute(model, part, cache).items():
-                    extra[name] += float(value)
-    finally:
-        model.train(was_training)
-    count = len(batch)
-    out: dict[str, Any] = {
-        "loss_bits": sums["loss"] / count / LN2,
-        "accuracy": sums["correct"] / count,
-        "per_position_accuracy": sums["pos_right"] / sums["pos_count"] if sums["pos_count"] else None,
-    }
-    if task.kind == "regression":
-        width = max(v.shape[1] for v in values)
-        pad = torch.nn.functional.pad
-        stacked = [torch.cat([pad(t, (0, width - t.shape[1])) for t in ts]) for ts in (values, targets, valids)]
-        out.update(loss_bits=None, accuracy=None, per_position_accuracy=None, mse=sums["loss"] / count,
-                   r2=kinds.r2(*stacked))
-    out.update({name: value / count for name, value in extra.items()})
-    return out
-
-
-def _keep(cache: dict[str, torch.Tensor]) -> Callable[[torch.Tensor, Any], None]:
-    def keep(tensor: torch.Tensor, hook: Any) -> None:
-        cache[hook.name] = tensor
-
-    return keep
-
-
 # ---- the loop ----------------------------------------------------------------------------
 
 
@@ -218,6 +150,7 @@ class _Optimized:
     def __init__(self, spec: TrainSpec, models: list[ExactTransformer], total_steps: int):
         opts = spec.options
         self.runs = training_runs(models)
+        self.flat = None
         self.masks = {}
         for name, mask in (spec.masks(models[0], opts) if spec.masks else {}).items():
             if name not in self.runs.params:
@@ -236,10 +169,12 @@ class _Optimized:
             )
             self.scheduler = None
             return
+        self.flat = flat_or_not(self.params)  # Adam updates one flat tensor (model.stacked.FlatLeaves)
+        updated = [self.flat.flat] if self.flat is not None else self.params
         try:  # torch's fused Adam: one kernel for every parameter (1.10-1.15x a whole FIRST step at |w| = 10)
-            self.optimizer = torch.optim.Adam(self.params, lr=opts["lr"], fused=True)
+            self.optimizer = torch.optim.Adam(updated, lr=opts["lr"], fused=True)
         except (RuntimeError, ValueError):  # a device or dtype it does not support
-            self.optimizer = torch.optim.Adam(self.params, lr=opts["lr"], foreach=True)
+            self.optimizer = torch.optim.Adam(updated, lr=opts["lr"], foreach=True)
         schedule = opts["lr_schedule"]
         warmup = opts["warmup_steps"]
         if schedule == "linear":
@@ -249,6 +184,18 @@ class _Optimized:
         else:
             factor = None
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor) if factor else None
+
+    def zero_grad(self) -> None:
+        if self.flat is not None:
+            self.flat.zero_grad()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def close(self) -> None:
+        """The runs' parameters each in their own storage again."""
+        if self.flat is not None:
+            self.flat.release()
+        self.runs.close()
 
     def after_backward(self) -> None:
         """Gradient masks, then per-run norm clipping."""
@@ -562,10 +509,11 @@ def _fit_adam(spec, seeds, gens, logs, progress, device, keeper=None):
         for parts in zip(*per_run_parts, strict=True):
             tokens, n_positions, targets = (t.to(device) for t in stack_batches(list(parts)))
             shortcut = spec.losses(spec, runs.params, tokens, n_positions, targets) if spec.losses else None
-            losses, correct = shortcut or run_losses(task, runs.readout(tokens, n_positions), targets, n_positions)
+            losses, correct = shortcut or run_losses(task, runs.readout(tokens, n_positions, drawn=True), targets,
+                                                     n_positions)
             total = losses + spec.penalty(runs.params, opts) if spec.penalty is not None else losses
             _check_finite_loss(spec, seeds, losses.detach(), step + 1, epoch)
-            state.optimizer.zero_grad(set_to_none=True)
+            state.zero_grad()
             total.sum().backward()  # runs share nothing: each run's gradient is its own loss's
             state.after_backward()
             state.optimizer.step()
@@ -591,7 +539,7 @@ def _fit_adam(spec, seeds, gens, logs, progress, device, keeper=None):
         if not epochs.disable:  # the bar's figures: from the records just made (no extra device work)
             epochs.set_postfix(_bar_figures(spec, [h[-1] for h in history.runs], tested), refresh=False)
     runs.sync()
-    runs.close()
+    state.close()
     wall = time.perf_counter() - history.start
     return [(models[r], history.runs[r], step, True, wall) for r in range(len(seeds))]
 

@@ -394,5 +394,6 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
     footer += _pages_list(out)
     with naming(out / "index.html"):
         (out / "index.html").write_text(render_page(sections, "exactlens report", footer), encoding="utf-8")
-    progress(f"report: done in {seconds:.1f} s")
+    slowest = sorted(timings.items(), key=lambda item: -item[1])  # where the time went, longest first
+    progress(f"report: done in {seconds:.1f} s; " + ", ".join(f"{name} {t:.1f} s" for name, t in slowest))
     return ctx.errors

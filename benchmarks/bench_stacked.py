@@ -1,0 +1,122 @@
+"""Stacked runs against separate plain runs: Chiang & Cholak's Fig. 4 sweep (FIRST at |w| = 10, 30, 100, 300,
+standard and log-n attention, 10 seeds: 80 runs) by ``exactlens sweep`` on the local engine, against the same
+80 runs as plain PyTorch loops, one after the other in this process (issue 44: stacked runs >= 10x).
+
+The plain run is bench_vs_torch.py's (``nn.TransformerEncoder`` in the FIRST shape, 100 fresh words per Adam
+step, one thread), at the stated epochs, plus the same final test as the sweep's runs (100 words of the test
+length, one forward pass); its log-n variant is trained as the standard one (plain PyTorch has no log-n
+attention; the factor is one multiply). The sweep trains each grid point's seeds as one stacked computation
+(exactlens.train.train_many) in a pool of one-thread workers, one per core. Printed:
+
+- the throughput ratio: 80 plain runs' wall time over the sweep's (the goal: >= 10x);
+- the same per core: the plain loop on one core against the sweep's wall times its workers, i.e. whether
+  stacking beats one plain process per core;
+- per grid point, a plain run's seconds against a stacked run's share of its unit (the sweep's rows), which
+  shows where stacking gains least.
+
+``--quick``: lengths 10 and 30, 4 seeds, 5 epochs, test length 100 (16 runs). Default: the full grid at 50 epochs
+(Fig. 4 trains 1000; the ratio of a step does not depend on the number of steps, the final test's share does).
+
+Usage: PYTHONPATH=src python benchmarks/bench_stacked.py [--quick] [--epochs N] [--seeds N] [--results PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from bench_sweep import fig4_settings, spec_text
+from bench_training import PaperLoopModel
+from bench_vs_torch import plain_epochs
+from goals import Goals, add_arguments
+
+
+def plain_run(length: int, epochs: int, test_length: int, test_strings: int, seed: int) -> float:
+    """One plain run (training and its final test), seconds."""
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    model = PaperLoopModel()
+    optim = torch.optim.Adam(model.parameters(), lr=3e-4)
+    generator = torch.Generator().manual_seed(seed)
+    plain_epochs(model, optim, length, epochs, generator)
+    model.eval()
+    with torch.no_grad():
+        words = torch.randint(0, 2, (test_strings, test_length), generator=generator)
+        tokens = torch.cat([torch.full((test_strings, 1), 2), words], dim=1)
+        ((model(tokens) > 0) == (words[:, 0] == 1)).float().mean().item()
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="16 short runs instead of Fig. 4's 80")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 50; --quick 5)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per grid point (default 10; --quick 4)")
+    add_arguments(parser)
+    args = parser.parse_args()
+    lengths, seeds, epochs, test_length, test_strings = fig4_settings(args, 50)
+    cores = os.cpu_count() or 1
+    runs = len(lengths) * 2 * seeds
+    goals = Goals("bench_stacked.py", quick=args.quick)
+    print(f"Fig. 4: {runs} runs ({len(lengths)} lengths x 2 attentions x {seeds} seeds), {epochs} epochs of 100 words, "
+          f"final test {test_strings} words of length {test_length}; {cores} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    import exactlens as el
+
+    with tempfile.TemporaryDirectory(prefix="bench-stacked-") as tmp:
+        spec = Path(tmp) / "fig4.toml"
+        spec.write_text(spec_text(lengths, seeds, epochs, test_length, test_strings))
+        el.sweep(str(spec), dry_run=True)  # imports and checks outside the timing
+        start = time.perf_counter()
+        result = el.sweep(str(spec), out=str(Path(tmp) / "out"), engine="local")
+        sweep_wall = time.perf_counter() - start
+        if result["failed"]:
+            raise SystemExit(f"the sweep failed: {result['failed']} jobs")
+        rows = [json.loads(line) for line in (Path(tmp) / "out" / "results.jsonl").read_text().splitlines()]
+    workers = min(cores, len(lengths) * 2)
+    print(f"sweep (local engine, {workers} one-thread workers): {sweep_wall:.1f} s wall, load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    plain: dict[int, list[float]] = {length: [] for length in lengths}
+    try:
+        plain_run(lengths[0], 2, test_length, test_strings, 0)  # warm-up
+        start = time.perf_counter()
+        for length in lengths:
+            for _scaled in (False, True):
+                plain[length] += [plain_run(length, epochs, test_length, test_strings, s) for s in range(seeds)]
+        plain_wall = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+    print(f"plain PyTorch: {runs} runs one after the other, one thread: {plain_wall:.1f} s, load average "
+          f"{os.getloadavg()[0]:.2f}")
+    stacked = {length: [r["seconds"] for r in rows if r["grid"]["train_length"] == length] for length in lengths}
+    print("| \\|w\\| | plain s/run | stacked s/run (share of its unit) | plain / stacked per run |")
+    print("|---|---|---|---|")
+    for length in lengths:
+        p, s = sum(plain[length]) / len(plain[length]), sum(stacked[length]) / len(stacked[length])
+        print(f"| {length} | {p:.3f} | {s:.3f} | {p / s:.2f}x |")
+        goals.add(f"stacked vs plain, |w| = {length}, {epochs} epochs: plain s/run over stacked s/run", p / s, "x")
+    ratio = plain_wall / sweep_wall
+    per_core = plain_wall / (sweep_wall * workers)
+    print(f"throughput: {runs}-run plain loop / sweep = **{ratio:.2f}x** (goal >= 10x); per core (the sweep's wall x "
+          f"{workers} workers): {per_core:.2f}x; per run: plain {plain_wall / runs:.3f} s, sweep "
+          f"{sweep_wall / runs:.3f} s wall ({sweep_wall * workers / runs:.3f} core-s)")
+    if per_core < 1:
+        print("stacking loses to one plain process per core at these settings")
+    goals.add(f"Fig. 4 sweep ({runs} runs, {epochs} epochs) vs {runs} plain runs in a loop: wall ratio", ratio, "x",
+              ">= 10")
+    goals.add(f"the same per core ({workers} workers)", per_core, "x")
+    goals.add("sweep: seconds per run (wall)", sweep_wall / runs, "s")
+    goals.write(args.results, args.overwrite)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
