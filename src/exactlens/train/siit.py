@@ -371,11 +371,14 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
         n, n_base = batch.size, batch.n_positions[:batch.size]
         width, d_model = batch.tokens.shape[1], model.cfg.d_model
 
-        def decide(hooks: list[tuple[str, Any]], batch: _Batch = batch) -> torch.Tensor:
-            outputs = loss.forward(params, batch.tokens, batch.n_positions, hooks)[0, :batch.size]
-            return kinds.decide(task, outputs, batch.n_positions[:batch.size]).cpu()
+        def outputs(hooks: list[tuple[str, Any]], batch: _Batch = batch) -> torch.Tensor:
+            return loss.forward(params, batch.tokens, batch.n_positions, hooks)[0, :batch.size]
 
-        plain = decide([])
+        def decide(hooks: list[tuple[str, Any]], batch: _Batch = batch) -> torch.Tensor:
+            return kinds.decide(task, outputs(hooks), batch.n_positions[:batch.size]).cpu()
+
+        plain_out = outputs([])
+        plain = kinds.decide(task, plain_out, n_base).cpu()
         for v, variable in enumerate(circuit.variables):
             mask = site_mask(loss.forward.model, circuit.mapping[variable.name], n_base.cpu(), width, d_model)
             got = decide([(circuit.mapping[variable.name]["hook"], _resample(mask.to(device)))])
@@ -387,18 +390,47 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
             counts[1] += int(keep.sum())
             counts[2] += int((ok & moved).sum())
             counts[3] += int(moved.sum())
-        for hook, mask in unmapped_masks(circuit, loss.forward.model, n_base.cpu(), width, d_model).items():
-            got = decide([(hook, _resample(mask.to(device)))])
-            count = changed.setdefault(hook, [0, 0])
+        masks = unmapped_masks(circuit, loss.forward.model, n_base.cpu(), width, d_model)
+        masks.update({hook: torch.ones(n, width, d_model, dtype=torch.bool) for hook in circuit.kept})
+        for hook, mask in masks.items():
+            got_out = outputs([(hook, _resample(mask.to(device)))])
+            got = kinds.decide(task, got_out, n_base).cpu()
+            count = changed.setdefault(hook, [0, 0, 0.0])
             count[0] += int((~same_decisions(task, got, plain, n_base.cpu(), 0.0)).sum())
             count[1] += n
+            count[2] += float(output_change(task, plain_out, got_out, n_base).sum())
     iia = {name: {"iia": c[0] / c[1] if c[1] else None, "iia_changed": c[2] / c[3] if c[3] else None,
                   "pairs": c[1], "changed_pairs": c[3]} for name, c in right.items()}
-    strict = {hook: c[0] / c[1] for hook, c in changed.items()}
+    strict = {hook: c[0] / c[1] for hook, c in changed.items() if hook not in circuit.kept}
+    output = {hook: c[2] / c[1] for hook, c in changed.items() if hook not in circuit.kept}
+    kept = {hook: {"decision_change": c[0] / c[1], "output_change": c[2] / c[1]}
+            for hook, c in changed.items() if hook in circuit.kept}
     return {"held_out_pairs": sum(len(p.base) for p in circuit.test_pairs), "word_disjoint": circuit.held_out,
             "interchange": iia,
             "resample_decision_change": strict,
-            "max_resample_decision_change": max(strict.values(), default=None)}
+            "max_resample_decision_change": max(strict.values(), default=None),
+            "resample_output_change": output,
+            "max_resample_output_change": max(output.values(), default=None),
+            "in_circuit_unmapped_resampled": kept}
+
+
+def output_change(task: tasks.Task, a: torch.Tensor, b: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    """[B]: how far each word's answer distribution moves from outputs ``a`` to ``b``: the total variation
+    distance (membership: |sigmoid(a) - sigmoid(b)|; classes: half the L1 distance of the softmaxes; per
+    position: its mean over the word's target positions; regression: the mean absolute difference)."""
+    kind = task.kind
+    if kind == "membership":
+        def p(x: torch.Tensor) -> torch.Tensor:  # sigmoid of the signed logit (margin |logit|, sign: decision)
+            return torch.sigmoid(kinds.margin(task, x, n_positions) * (2.0 * kinds.decide(task, x, n_positions) - 1))
+
+        return (p(a) - p(b)).abs().cpu()
+    if kind == "classification":
+        return 0.5 * (a.softmax(-1) - b.softmax(-1)).abs().sum(-1).cpu()
+    pa, pb = kinds.symbol_outputs(task, a), kinds.symbol_outputs(task, b)
+    valid = kinds.valid_targets(task, n_positions, pa.shape[1])
+    each = (0.5 * (pa.softmax(-1) - pb.softmax(-1)).abs().sum(-1) if kind == "prediction"
+            else (pa - pb).abs().reshape(pa.shape[0], pa.shape[1], -1).mean(-1))
+    return ((each * valid).sum(1) / valid.sum(1).clamp(min=1)).cpu()
 
 
 def record(spec: Any, model: Any) -> dict[str, Any] | None:
