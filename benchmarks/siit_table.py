@@ -33,19 +33,22 @@ from exactlens.jsonio import dumps
 from exactlens.outputs import write_text
 
 SHORT = dict(strings_per_epoch=64, batch_size=64, test_strings=200, eval_every=0, lr=3e-3)
+TRACR = dict(test_strings=200, eval_every=0, train_length=(1, 5), test_length=(1, 5))  # else the task defaults
 CASES: dict[str, dict[str, Any]] = {
     "first": dict(SHORT, epochs=300, train_length=(1, 8), test_length=(1, 8)),
     "parity": dict(SHORT, epochs=1500, train_length=(1, 8), test_length=(1, 8)),
     "dyck1": dict(SHORT, epochs=2000, train_length=(1, 8), test_length=(1, 8)),
     "induction-recent": dict(SHORT, epochs=2000, train_length=(1, 8), test_length=(1, 8)),
-    "majority": dict(SHORT, epochs=600, train_length=(1, 12), test_length=(1, 12), d_model=32),
-    "tracr-hist": dict(SHORT, epochs=300, train_length=(1, 5), test_length=(1, 5)),
-    "tracr-count_token": dict(SHORT, epochs=600, train_length=(1, 5), test_length=(1, 5)),
-    "tracr-reverse": dict(SHORT, epochs=600, train_length=(1, 5), test_length=(1, 5)),
+    "majority": dict(strings_per_epoch=128, batch_size=128, test_strings=200, eval_every=0, lr=1e-2,
+                     lr_schedule="constant", epochs=600, train_length=(1, 12), test_length=(1, 12), d_model=32),
+    "tracr-hist": dict(TRACR, epochs=300),
+    "tracr-count_token": dict(TRACR, epochs=300),
+    "tracr-reverse": dict(TRACR, epochs=300),
 }
 """Training settings per case (small: a shared 2-core CPU); the rest are each task's defaults."""
-DIFF = dict(parts=("alignment",), untrained_baseline=False, strings=32)
-"""The diff's settings (alignment only, 32 words per length; lengths: the training lengths' last four)."""
+DIFF = dict(parts=("alignment",), untrained_baseline=False, strings=16, das_steps=40)
+"""The diff's settings (alignment only, 16 words per length, 40 DAS steps per fit group: a loaded shared
+CPU; lengths: the training lengths' last two)."""
 
 
 def load() -> list[float]:
@@ -98,13 +101,21 @@ def run_case(name: str, settings: dict[str, Any], out: Path, threads: int, with_
                    "word_disjoint": record["measured"]["word_disjoint"]}
     loss = siit_loss_of(get_preset(name).spec(dict(settings, siit=True)))
     row["plain"] = {**measured_row(measure(loss, plain.model)), "test_accuracy": plain.final.get("test_accuracy")}
-    if with_diff:
-        lo, hi = settings["train_length"]
-        lengths = list(range(max(lo, hi - 3), hi + 1))
-        row["diff_lengths"] = lengths
-        row["siit"]["diff"] = diff_row(out / name / "siit", record["construction"], record["mapping"], lengths)
-        row["plain"]["diff"] = diff_row(out / name / "plain", record["construction"], record["mapping"], lengths)
     row["load_end"] = load()
+    if with_diff:
+        add_diffs(row, out, ("siit", "plain"))
+    return row
+
+
+def add_diffs(row: dict[str, Any], out: Path, sides: tuple[str, ...]) -> dict[str, Any]:
+    """The diff's verdicts of a case's checkpoints (``sides``), each against the SIIT run's mapping."""
+    name = row["case"]
+    record = json.loads((out / name / "siit" / "run.json").read_text())["siit"]
+    lo, hi = CASES[name]["train_length"]
+    row["diff_lengths"] = lengths = list(range(max(lo, hi - 1), hi + 1))
+    for side in sides:
+        row[side]["diff"] = diff_row(out / name / side, record["construction"], record["mapping"], lengths)
+        row[side]["diff"]["load"] = load()
     return row
 
 
@@ -151,6 +162,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/siit-table", help="checkpoints and one NAME.json per case")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--diff", action="store_true", help="also diff each checkpoint (alignment part)")
+    parser.add_argument("--diff-only", default=None, metavar="SIDES",
+                        help="diff the checkpoints of cases already trained, e.g. 'siit' or 'siit,plain'")
     parser.add_argument("--table", action="store_true", help="print the table of the cases in --out, no training")
     args = parser.parse_args()
     out = Path(args.out)
@@ -158,7 +171,13 @@ def main() -> None:
     unknown = [c for c in names if c not in CASES]
     if unknown:
         parser.error(f"unknown case {unknown[0]!r}; the cases: {', '.join(CASES)}")
-    if not args.table:
+    if args.diff_only:
+        for name in names:
+            row = json.loads((out / f"{name}.json").read_text())
+            add_diffs(row, out, tuple(args.diff_only.split(",")))
+            write_text(out / f"{name}.json", dumps(row, indent=1) + "\n", overwrite=True, what="SIIT case")
+            print(table([row]), flush=True)
+    elif not args.table:
         for name in names:
             print(f"{name}: training (load {load()})", flush=True)
             row = run_case(name, CASES[name], out, args.threads, args.diff)
