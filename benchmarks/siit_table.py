@@ -44,6 +44,9 @@ CASES: dict[str, dict[str, Any]] = {
     "tracr-hist": dict(TRACR, epochs=300),
     "tracr-count_token": dict(TRACR, epochs=300),
     "tracr-reverse": dict(TRACR, epochs=300),
+    "sm-solution1": dict(optimizer="adam", epochs=1000, strings_per_epoch=128, batch_size=128, lr=3e-3,
+                         lr_schedule="constant", eval_every=0, test_strings=200, train_length=(2, 8),
+                         test_length=(2, 8)),
 }
 """Training settings per case (small: a shared 2-core CPU); the rest are each task's defaults."""
 DIFF = dict(parts=("alignment",), untrained_baseline=False, strings=16, das_steps=40)
@@ -139,7 +142,7 @@ def _at_sites(side: dict[str, Any]) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| case | epochs | interchange acc. SIIT (changed pairs) | plain | max resample decision change SIIT "
             "| plain | max output change SIIT | plain | test acc. SIIT / plain | diff: computed at mapped site "
-            "SIIT / plain | s SIIT / plain | load |")
+            "SIIT / plain | seconds SIIT / plain | load |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         s, p = r["siit"], r["plain"]

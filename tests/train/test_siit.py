@@ -235,13 +235,24 @@ def test_cli_siit_map_error_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_regression_and_lbfgs_are_refused():
-    from exactlens.train import train
+def test_lbfgs_is_refused_and_regression_answers_match_within_a_tolerance():
+    """Regression tasks (Shin & Matzinger's pairs) train like the others; their answers count as the same
+    within REGRESSION_TOLERANCE of the held-out answers' RMS (0 for discrete answers)."""
+    from types import SimpleNamespace
 
-    with pytest.raises(ExactLensError, match="regression task"):
-        train("sm-solution1", siit=True, epochs=1)
+    import torch
+
+    from exactlens import tasks
+    from exactlens.train import train
+    from exactlens.train.siit import REGRESSION_TOLERANCE, regression_tolerance
+
     with pytest.raises(ExactLensError, match="use optimizer 'adam'"):
         train("first", optimizer="lbfgs", **{**FIRST_SIIT, "epochs": 1})
+    run = SimpleNamespace(truth=torch.tensor([[3.0, float("nan")], [-4.0, 0.0], [99.0, 99.0]]))
+    pairs = [SimpleNamespace(run=run, base=torch.tensor([0, 1]))]
+    rms = (25.0 / 3) ** 0.5  # 3, -4 and 0 (the NaN of an undefined position left out; word 2 is no base)
+    assert regression_tolerance(tasks.get("pairs"), pairs) == pytest.approx(REGRESSION_TOLERANCE * rms)
+    assert regression_tolerance(tasks.get("first"), pairs) == 0.0
 
 
 def test_stacked_seeds_train_as_their_single_runs():

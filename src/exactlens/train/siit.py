@@ -50,6 +50,7 @@ WORDS_PER_LENGTH = 256  # words per length the pairs are drawn from (every word 
 PAIRS_PER_LENGTH = 600  # (base, source) pairs per length, split 60/20/20 train / validation / test
 PAIR_SEED = 12345  # the pairs are fixed per construction and lengths, not per training seed
 STRICT_P = 0.5  # chance that each unmapped component is resampled in a step
+REGRESSION_TOLERANCE = 0.1  # regression: answers within 0.1 x the answers' RMS count as the same (measure)
 
 
 def construction_of(spec: Any) -> tuple[str, dict[str, Any]]:
@@ -332,10 +333,6 @@ class SIITLoss:
 def with_siit(spec: Any) -> Any:
     """The spec with SIIT's losses added to its preset's penalty and the mapping recorded in its config's
     metadata (so the checkpoint carries it)."""
-    if spec.task.kind == "regression":
-        raise ExactLensError(f"siit: {spec.name!r} is a regression task, whose counterfactuals have no discrete answer "
-                             "to train and score interchange accuracy on; SIIT takes membership, classification and "
-                             "prediction tasks")
     if spec.options["optimizer"] != "adam":
         raise ExactLensError("siit draws fresh pairs at every step, which LBFGS's line search cannot take; use "
                              "optimizer 'adam'")
@@ -365,6 +362,7 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
     device = next(model.parameters()).device
     params = {name: p.detach()[None] for name, p in model.named_parameters()}
     right = {v.name: [0, 0, 0, 0] for v in circuit.variables}  # right, counted, right changed, changed
+    tol = regression_tolerance(task, circuit.test_pairs)
     changed: dict[str, list[int]] = {}
     for pairs in circuit.test_pairs:
         batch = _batch(pairs, torch.arange(len(pairs.base)), device)
@@ -383,8 +381,8 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
             mask = site_mask(loss.forward.model, circuit.mapping[variable.name], n_base.cpu(), width, d_model)
             got = decide([(circuit.mapping[variable.name]["hook"], _resample(mask.to(device)))])
             cf, keep = pairs.cf[v], _targets_kept(pairs.cf[v])
-            ok = same_decisions(task, got, cf, n_base.cpu(), 0.0) & keep
-            moved = ~same_decisions(task, cf, pairs.base_answers[v], n_base.cpu(), 0.0) & keep
+            ok = same_decisions(task, got, cf, n_base.cpu(), tol) & keep
+            moved = ~same_decisions(task, cf, pairs.base_answers[v], n_base.cpu(), tol) & keep
             counts = right[variable.name]
             counts[0] += int(ok.sum())
             counts[1] += int(keep.sum())
@@ -396,7 +394,7 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
             got_out = outputs([(hook, _resample(mask.to(device)))])
             got = kinds.decide(task, got_out, n_base).cpu()
             count = changed.setdefault(hook, [0, 0, 0.0])
-            count[0] += int((~same_decisions(task, got, plain, n_base.cpu(), 0.0)).sum())
+            count[0] += int((~same_decisions(task, got, plain, n_base.cpu(), tol)).sum())
             count[1] += n
             count[2] += float(output_change(task, plain_out, got_out, n_base).sum())
     iia = {name: {"iia": c[0] / c[1] if c[1] else None, "iia_changed": c[2] / c[3] if c[3] else None,
@@ -406,12 +404,22 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
     kept = {hook: {"decision_change": c[0] / c[1], "output_change": c[2] / c[1]}
             for hook, c in changed.items() if hook in circuit.kept}
     return {"held_out_pairs": sum(len(p.base) for p in circuit.test_pairs), "word_disjoint": circuit.held_out,
-            "interchange": iia,
+            "regression_tolerance": tol if task.kind == "regression" else None, "interchange": iia,
             "resample_decision_change": strict,
             "max_resample_decision_change": max(strict.values(), default=None),
             "resample_output_change": output,
             "max_resample_output_change": max(output.values(), default=None),
             "in_circuit_unmapped_resampled": kept}
+
+
+def regression_tolerance(task: tasks.Task, pair_sets: list[Any]) -> float:
+    """How close two answers of a regression task must be to count as the same (0 for discrete answers):
+    REGRESSION_TOLERANCE times the root mean square of the held-out base words' answers."""
+    if task.kind != "regression":
+        return 0.0
+    values = torch.cat([p.run.truth[p.base].double().flatten() for p in pair_sets])
+    values = values[values.isfinite()]
+    return REGRESSION_TOLERANCE * float(values.pow(2).mean().sqrt()) if values.numel() else 0.0
 
 
 def output_change(task: tasks.Task, a: torch.Tensor, b: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
