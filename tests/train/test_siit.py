@@ -38,6 +38,10 @@ def test_first_siit_holds_its_mapping(first_run):
     assert set(measured["resample_decision_change"]) == {"blocks.0.hook_attn_out", "blocks.0.hook_mlp_out",
                                                          "blocks.1.hook_attn_out", "blocks.1.hook_mlp_out"}
     assert measured["max_resample_decision_change"] <= 0.05
+    # the output itself hardly moves either (total variation of the answer; measured: at most 0.004)
+    assert set(measured["resample_output_change"]) == set(measured["resample_decision_change"])
+    assert measured["max_resample_output_change"] <= 0.05
+    assert measured["in_circuit_unmapped_resampled"] == {}
     assert first_run.final["test_accuracy"] >= 0.95
     from exactlens.verbs.train import train_text
 
@@ -58,6 +62,7 @@ def test_a_model_trained_without_siit_is_the_contrast():
     measured = measure(siit_loss_of(get_preset("first").spec(FIRST_SIIT)), run.model)
     assert max(v["iia_changed"] for v in measured["interchange"].values()) < 0.5
     assert measured["max_resample_decision_change"] > 0.2
+    assert measured["max_resample_output_change"] > 0.2
 
 
 def test_run_json_and_checkpoint_record_the_mapping(first_run):
@@ -106,6 +111,54 @@ def test_diff_reports_the_mapped_sites(first_run):
     assert verdicts["I[w_i=1 & i=1]"]["at_mapped_site"] is True
     assert verdicts["s"]["mapped_site"] == "blocks.1.hook_attn_out"
     assert verdicts["s"]["at_mapped_site"] in (True, None)
+
+
+LIFTED = {"embed->L0.LN1", "pos->L0.LN1", "L0.LN1->L0.MLP", "L0.LN1->L0.LN2", "L0.MLP->L0.LN2", "L0.LN2->L1.H0",
+          "L1.H0->L1.LN1", "L1.LN1->L1.LN2", "L1.LN2->output"}
+"""FIRST's exact circuit (no layer norm: embed, pos -> L0.MLP -> L1.H0 -> output, embed, pos -> L1.H0) on the
+post-LN preset's graph: the edges on a chain through norms that joins two components the circuit joins."""
+
+
+def test_the_recorded_circuit_lifts_onto_a_post_ln_graph(first_run):
+    from exactlens.analysis.circuit.graph import model_graph
+    from exactlens.analysis.circuit.recorded import lifted, recorded_circuit, recorded_siit
+
+    siit = recorded_siit(first_run.model)
+    edges = [(e["edge"], tuple(e["features"]), e["through_norm"]) for e in siit["circuit"]["edges"]]
+    assert {e[0] for e in edges} == {"embed->L0.MLP", "pos->L0.MLP", "embed->L1.H0", "pos->L1.H0", "L0.MLP->L1.H0",
+                                     "L1.H0->output"}
+    circuit = lifted(first_run.model, model_graph(first_run.model, "head"), edges, [])
+    assert {c.edge.name for c in circuit.edges} == LIFTED  # L0.H0, L1.MLP and the L0.LN2 -> L1.LN1 chain are out
+    # qkv: the construction's circuit read again (L1.H0's query, key and value all read the L0.LN2 stream)
+    qkv = recorded_circuit(first_run.model, siit, model_graph(first_run.model, "qkv"), [])
+    assert {c.edge.name for c in qkv.edges} == (LIFTED - {"L0.LN2->L1.H0"}) | {f"L0.LN2->L1.H0.{s}" for s in "qkv"}
+    with pytest.raises(ExactLensError, match="node L2.H0 is not a node"):
+        lifted(first_run.model, model_graph(first_run.model, "head"), [("L2.H0->output", (), False)], [])
+
+
+def test_discover_scores_a_siit_checkpoint_against_its_recorded_circuit(first_run):
+    """discover without --against: the SIIT checkpoint's recorded circuit is the ground truth (AUROC, CPR/CMD
+    with the recorded circuit's own curve beside); at qkv granularity the construction's circuit is read again;
+    the same weights without the record are not scored."""
+    from exactlens import discover
+    from exactlens.model import ExactTransformer
+
+    found = discover(str(first_run.checkpoint), "patching", lengths=[3, 4, 5], words=16)
+    assert found["truth"]["source"] == "siit" and found["truth"]["construction"] == "first"
+    assert found["truth"]["granularity"] == "head" and found["truth"]["scored"] is True
+    score = found["score"]
+    assert score["n_positive"] + score["n_constant"] == len(LIFTED)
+    assert score["edge_auroc"] is not None and found["exact_circuit"]["cpr"] is not None
+    assert found["cpr"] is not None
+    qkv = discover(str(first_run.checkpoint), "eap", granularity="qkv", lengths=[3, 4, 5], words=16, metrics="auroc")
+    assert qkv["truth"]["granularity"] == "qkv" and qkv["score"]["n_positive"] > 0
+    plain = ExactTransformer.load(first_run.checkpoint)
+    del plain.cfg.metadata["siit"]
+    bare = discover(plain, "patching", lengths=[3, 4, 5], words=16, metrics="auroc")
+    assert "score" not in bare and "truth" not in bare
+    position = discover(str(first_run.checkpoint), "eap", granularity="position", lengths=[4], words=16,
+                        metrics="auroc")
+    assert position["truth"]["scored"] is False and "score" not in position
 
 
 # ---- bad mappings: one line each ---------------------------------------------------------------------------
@@ -182,13 +235,24 @@ def test_cli_siit_map_error_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_regression_and_lbfgs_are_refused():
-    from exactlens.train import train
+def test_lbfgs_is_refused_and_regression_answers_match_within_a_tolerance():
+    """Regression tasks (Shin & Matzinger's pairs) train like the others; their answers count as the same
+    within REGRESSION_TOLERANCE of the held-out answers' RMS (0 for discrete answers)."""
+    from types import SimpleNamespace
 
-    with pytest.raises(ExactLensError, match="regression task"):
-        train("sm-solution1", siit=True, epochs=1)
+    import torch
+
+    from exactlens import tasks
+    from exactlens.train import train
+    from exactlens.train.siit import REGRESSION_TOLERANCE, regression_tolerance
+
     with pytest.raises(ExactLensError, match="use optimizer 'adam'"):
         train("first", optimizer="lbfgs", **{**FIRST_SIIT, "epochs": 1})
+    run = SimpleNamespace(truth=torch.tensor([[3.0, float("nan")], [-4.0, 0.0], [99.0, 99.0]]))
+    pairs = [SimpleNamespace(run=run, base=torch.tensor([0, 1]))]
+    rms = (25.0 / 3) ** 0.5  # 3, -4 and 0 (the NaN of an undefined position left out; word 2 is no base)
+    assert regression_tolerance(tasks.get("pairs"), pairs) == pytest.approx(REGRESSION_TOLERANCE * rms)
+    assert regression_tolerance(tasks.get("first"), pairs) == 0.0
 
 
 def test_stacked_seeds_train_as_their_single_runs():

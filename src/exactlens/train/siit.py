@@ -52,6 +52,7 @@ WORDS_PER_LENGTH = 256  # words per length the pairs are drawn from (every word 
 PAIRS_PER_LENGTH = 600  # (base, source) pairs per length, split 60/20/20 train / validation / test
 PAIR_SEED = 12345  # the pairs are fixed per construction and lengths, not per training seed
 STRICT_P = 0.5  # chance that each unmapped component is resampled in a step
+REGRESSION_TOLERANCE = 0.1  # regression: answers within 0.1 x the answers' RMS count as the same (measure)
 
 
 def construction_of(spec: Any) -> tuple[str, dict[str, Any]]:
@@ -330,10 +331,6 @@ class SIITLoss:
 def with_siit(spec: Any) -> Any:
     """The spec with SIIT's losses added to its preset's penalty and the mapping recorded in its config's
     metadata (so the checkpoint carries it)."""
-    if spec.task.kind == "regression":
-        raise ExactLensError(f"siit: {spec.name!r} is a regression task, whose counterfactuals have no discrete answer "
-                             "to train and score interchange accuracy on; SIIT takes membership, classification and "
-                             "prediction tasks")
     if spec.options["optimizer"] != "adam":
         raise ExactLensError("siit draws fresh pairs at every step, which LBFGS's line search cannot take; use "
                              "optimizer 'adam'")
@@ -362,40 +359,83 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
     device = next(model.parameters()).device
     params = {name: p.detach()[None] for name, p in model.named_parameters()}
     right = {v.name: [0, 0, 0, 0] for v in circuit.variables}  # right, counted, right changed, changed
+    tol = regression_tolerance(task, circuit.test_pairs)
     changed: dict[str, list[int]] = {}
     for pairs in circuit.test_pairs:
         batch = _batch(pairs, torch.arange(len(pairs.base)), device)
         n, n_base = batch.size, batch.n_positions[:batch.size]
         width, d_model = batch.tokens.shape[1], model.cfg.d_model
 
-        def decide(hooks: list[tuple[str, Any]], batch: _Batch = batch) -> torch.Tensor:
-            outputs = loss.forward(params, batch.tokens, batch.n_positions, hooks)[0, :batch.size]
-            return kinds.decide(task, outputs, batch.n_positions[:batch.size]).cpu()
+        def outputs(hooks: list[tuple[str, Any]], batch: _Batch = batch) -> torch.Tensor:
+            return loss.forward(params, batch.tokens, batch.n_positions, hooks)[0, :batch.size]
 
-        plain = decide([])
+        def decide(hooks: list[tuple[str, Any]], batch: _Batch = batch) -> torch.Tensor:
+            return kinds.decide(task, outputs(hooks), batch.n_positions[:batch.size]).cpu()
+
+        plain_out = outputs([])
+        plain = kinds.decide(task, plain_out, n_base).cpu()
         for v, variable in enumerate(circuit.variables):
             mask = site_mask(loss.forward.model, circuit.mapping[variable.name], n_base.cpu(), width, d_model)
             got = decide([(circuit.mapping[variable.name]["hook"], _resample(mask.to(device)))])
             cf, keep = pairs.cf[v], _targets_kept(pairs.cf[v])
-            ok = same_decisions(task, got, cf, n_base.cpu(), 0.0) & keep
-            moved = ~same_decisions(task, cf, pairs.base_answers[v], n_base.cpu(), 0.0) & keep
+            ok = same_decisions(task, got, cf, n_base.cpu(), tol) & keep
+            moved = ~same_decisions(task, cf, pairs.base_answers[v], n_base.cpu(), tol) & keep
             counts = right[variable.name]
             counts[0] += int(ok.sum())
             counts[1] += int(keep.sum())
             counts[2] += int((ok & moved).sum())
             counts[3] += int(moved.sum())
-        for hook, mask in unmapped_masks(circuit, loss.forward.model, n_base.cpu(), width, d_model).items():
-            got = decide([(hook, _resample(mask.to(device)))])
-            count = changed.setdefault(hook, [0, 0])
-            count[0] += int((~same_decisions(task, got, plain, n_base.cpu(), 0.0)).sum())
+        masks = unmapped_masks(circuit, loss.forward.model, n_base.cpu(), width, d_model)
+        masks.update({hook: torch.ones(n, width, d_model, dtype=torch.bool) for hook in circuit.kept})
+        for hook, mask in masks.items():
+            got_out = outputs([(hook, _resample(mask.to(device)))])
+            got = kinds.decide(task, got_out, n_base).cpu()
+            count = changed.setdefault(hook, [0, 0, 0.0])
+            count[0] += int((~same_decisions(task, got, plain, n_base.cpu(), tol)).sum())
             count[1] += n
+            count[2] += float(output_change(task, plain_out, got_out, n_base).sum())
     iia = {name: {"iia": c[0] / c[1] if c[1] else None, "iia_changed": c[2] / c[3] if c[3] else None,
                   "pairs": c[1], "changed_pairs": c[3]} for name, c in right.items()}
-    strict = {hook: c[0] / c[1] for hook, c in changed.items()}
+    strict = {hook: c[0] / c[1] for hook, c in changed.items() if hook not in circuit.kept}
+    output = {hook: c[2] / c[1] for hook, c in changed.items() if hook not in circuit.kept}
+    kept = {hook: {"decision_change": c[0] / c[1], "output_change": c[2] / c[1]}
+            for hook, c in changed.items() if hook in circuit.kept}
     return {"held_out_pairs": sum(len(p.base) for p in circuit.test_pairs), "word_disjoint": circuit.held_out,
-            "interchange": iia,
+            "regression_tolerance": tol if task.kind == "regression" else None, "interchange": iia,
             "resample_decision_change": strict,
-            "max_resample_decision_change": max(strict.values(), default=None)}
+            "max_resample_decision_change": max(strict.values(), default=None),
+            "resample_output_change": output,
+            "max_resample_output_change": max(output.values(), default=None),
+            "in_circuit_unmapped_resampled": kept}
+
+
+def regression_tolerance(task: tasks.Task, pair_sets: list[Any]) -> float:
+    """How close two answers of a regression task must be to count as the same (0 for discrete answers):
+    REGRESSION_TOLERANCE times the root mean square of the held-out base words' answers."""
+    if task.kind != "regression":
+        return 0.0
+    values = torch.cat([p.run.truth[p.base].double().flatten() for p in pair_sets])
+    values = values[values.isfinite()]
+    return REGRESSION_TOLERANCE * float(values.pow(2).mean().sqrt()) if values.numel() else 0.0
+
+
+def output_change(task: tasks.Task, a: torch.Tensor, b: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    """[B]: how far each word's answer distribution moves from outputs ``a`` to ``b``: the total variation
+    distance (membership: |sigmoid(a) - sigmoid(b)|; classes: half the L1 distance of the softmaxes; per
+    position: its mean over the word's target positions; regression: the mean absolute difference)."""
+    kind = task.kind
+    if kind == "membership":
+        def p(x: torch.Tensor) -> torch.Tensor:  # sigmoid of the signed logit (margin |logit|, sign: decision)
+            return torch.sigmoid(kinds.margin(task, x, n_positions) * (2.0 * kinds.decide(task, x, n_positions) - 1))
+
+        return (p(a) - p(b)).abs().cpu()
+    if kind == "classification":
+        return 0.5 * (a.softmax(-1) - b.softmax(-1)).abs().sum(-1).cpu()
+    pa, pb = kinds.symbol_outputs(task, a), kinds.symbol_outputs(task, b)
+    valid = kinds.valid_targets(task, n_positions, pa.shape[1])
+    each = (0.5 * (pa.softmax(-1) - pb.softmax(-1)).abs().sum(-1) if kind == "prediction"
+            else (pa - pb).abs().reshape(pa.shape[0], pa.shape[1], -1).mean(-1))
+    return ((each * valid).sum(1) / valid.sum(1).clamp(min=1)).cpu()
 
 
 def record(spec: Any, model: Any) -> dict[str, Any] | None:

@@ -5,7 +5,9 @@ activation patching, edge attribution patching (EAP, EAP-IG on inputs or activat
 patching, or ACDC-style pruning; or reads a circuit from a MIB circuit file (--score-file). A
 construction is scored against its own ground-truth circuit: ROC curve, AUROC over edges and nodes,
 and precision and recall of the edges the method selects at its own threshold; any model gets MIB's
-faithfulness curve (CPR, CMD) of the method's ranking. Any model (a checkpoint) is compared
+faithfulness curve (CPR, CMD) of the method's ranking. A checkpoint trained with ``train --siit`` is
+scored against the circuit its run recorded, without --against (exactlens.analysis.circuit.recorded).
+Any model (a checkpoint) is compared
 with the circuit of --against (a construction of its task, run on the same words) after mapping its
 nodes onto the construction's by layer and head index: edge and node overlap, AUROC, and the overlap
 between components (post-LN norm chains joined), so depth, heads and layer norms may differ
@@ -62,6 +64,9 @@ def format_discover_text(result: dict[str, Any]) -> str:
     lines += [f"  {e['edge']:<30}{e['score']:.4g}" + ("  *" if e["selected"] else "") for e in top]
     if "score" in result:
         s = result["score"]
+        truth = result.get("truth")
+        if truth:
+            lines.append(f"ground truth: {truth['what']} (SIIT against {truth['construction']})")
         lines.append(f"against the ground truth ({s['n_positive']} circuit edges, {s['n_constant']} constant ones "
                      f"left out): edge AUROC {_f(s['edge_auroc'])}, node AUROC {_f(s['node_auroc'])}, precision "
                      f"{_f(s['precision'])}, recall {_f(s['recall'])}")
@@ -81,7 +86,10 @@ def format_discover_text(result: dict[str, Any]) -> str:
     if "faithfulness" in result:
         lines.append(_faithfulness_text(result, "faithfulness (MIB's sizes)"))
     if "exact_circuit" in result:
-        lines.append(_faithfulness_text(result["exact_circuit"], "the exact circuit ranked alone"))
+        what = "the recorded circuit ranked alone" if result.get("truth") else "the exact circuit ranked alone"
+        lines.append(_faithfulness_text(result["exact_circuit"], what))
+    if result.get("truth") and not result["truth"]["scored"]:
+        lines.append(f"SIIT model of {result['truth']['construction']}: {result['truth']['what']}")
     if result.get("circuit_file"):
         lines.append(f"written in MIB's circuit format to {result['circuit_file']}")
     if "overlap" in result:

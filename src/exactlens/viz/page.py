@@ -230,6 +230,7 @@ register_section("constructions", lazy("exactlens.viz.sections:construction_sect
 register_section("circuit-discovery", lazy("exactlens.viz.circuit_sections:discovery_sections"), order=20)
 register_section("your-model", lazy("exactlens.viz.model_section:model_sections"), order=30)
 register_section("circuit-formation", lazy("exactlens.viz.formation_sections:formation_sections"), order=90)
+register_section("known-circuits", lazy("exactlens.viz.siit_sections:siit_sections"), order=95)
 
 
 # ---- the page --------------------------------------------------------------------

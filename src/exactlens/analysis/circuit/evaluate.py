@@ -16,6 +16,7 @@ from exactlens.analysis.circuit.discovery import DEFAULT_IG_STEPS, METHODS, Disc
 from exactlens.analysis.circuit.equivalent import best_match, swappable_heads, valid_circuits
 from exactlens.analysis.circuit.faithfulness import METRICS, DivergenceCache, check_metrics, faithfulness, ranked
 from exactlens.analysis.circuit.graph import EDGE_GRANULARITIES, GRANULARITIES, POSITION, ModelGraph, model_graph
+from exactlens.analysis.circuit.recorded import recorded_circuit, recorded_siit, truth_source
 from exactlens.analysis.circuit.request import DiscoverRequest
 from exactlens.analysis.circuit.scoring import score_discovery
 from exactlens.analysis.circuit.truth import Circuit, derive_circuit
@@ -231,7 +232,8 @@ def _word_lengths(model, batches: list[Batch]) -> list[int]:
 def discover_report(target: Any, method: str = "acdc", request: DiscoverRequest | None = None,
                     **options: Any) -> dict[str, Any]:
     """Run a discovery method on a target. A construction is scored against its own circuit (ROC,
-    AUROC, precision and recall at the method's threshold); any model is compared with the circuit of
+    AUROC, precision and recall at the method's threshold), a SIIT-trained model against the circuit its
+    run recorded (exactlens.analysis.circuit.recorded; ``truth`` says which); any model is compared with the circuit of
     ``against`` (a construction of the same task, run on the same words) after mapping its nodes onto
     the construction's by (layer, head) index (exactlens.analysis.circuit.correspond): the graphs may
     differ in depth, heads and layer norms.
@@ -263,7 +265,9 @@ def discover_report(target: Any, method: str = "acdc", request: DiscoverRequest 
         raise ExactLensError("position granularity compares a construction with its own circuit only: drop --against "
                              "or use head or qkv granularity")
     model, info = _resolve(target)
-    truth_model = None
+    truth_model = siit = None
+    if against is None and info["kind"] != "construction":
+        siit = recorded_siit(model)  # a SIIT model carries its ground truth (exactlens.analysis.circuit.recorded)
     if against is not None:
         truth_model, _ = _resolve(against)
         _check_same_task(model, truth_model, info, against)
@@ -298,6 +302,14 @@ def discover_report(target: Any, method: str = "acdc", request: DiscoverRequest 
                                               {c.edge for c in circuit.edges if c.constant}, swappable_heads(model))
         if cache is not None:
             result["exact_circuit"] = faithfulness_fields(cache, truth_ranking(circuit))
+    elif siit is not None:
+        result["truth"] = truth_source(siit, granularity)
+        if result["truth"]["scored"]:
+            circuit = recorded_circuit(model, siit, graph, batches)
+            if "auroc" in metrics:
+                result["score"] = score_discovery(found, circuit).to_dict()
+            if cache is not None:
+                result["exact_circuit"] = faithfulness_fields(cache, truth_ranking(circuit))
     elif truth_model is not None:
         truth_batches = word_batches(truth_model, model_graph(truth_model, granularity), lengths, words, seed, ablation,
                                      shared_longest(model, truth_model))
