@@ -85,14 +85,7 @@ from exactlens.errors import ExactLensError
 from exactlens.progress import bar
 from exactlens.resources import check_work
 
-__all__ = [
-    "METHODS",
-    "KeyCertificate",
-    "SelectabilityResult",
-    "layer_norm_geometric",
-    "layer_norm_projection",
-    "selectable_keys",
-]
+# the public names are the package's __all__ (exactlens.analysis.hull)
 
 METHODS = ("fast", "naive")
 
