@@ -12,7 +12,10 @@ attention; the factor is one multiply). The sweep trains each grid point's seeds
 - the same per core: the plain loop on one core against the sweep's wall times its workers, i.e. whether
   stacking beats one plain process per core;
 - per grid point, a plain run's seconds against a stacked run's share of its unit (the sweep's rows), which
-  shows where stacking gains least.
+  shows where stacking gains least;
+- in this process, one thread, process CPU time: plain runs one after the other against one ``train_many`` of
+  the same seeds, training only, per length: what stacking itself saves, without the sweep's worker start-up,
+  the final tests (the same work on both sides) and the other load of a shared machine.
 
 ``--quick``: lengths 10 and 30, 4 seeds, 5 epochs, test length 100 (16 runs). Default: the full grid at 50 epochs
 (Fig. 4 trains 1000; the ratio of a step does not depend on the number of steps, the final test's share does).
@@ -53,11 +56,37 @@ def plain_run(length: int, epochs: int, test_length: int, test_strings: int, see
     return time.perf_counter() - start
 
 
+def in_process(lengths: list[int], seeds: int, epochs: int) -> dict[int, tuple[float, float]]:
+    """Per length: process CPU seconds per run of ``seeds`` plain runs one after the other and of one
+    ``train_many`` of as many seeds, in this process on one thread, training only (a one-word test), the two
+    sides alternating (plain first at even lengths): what stacking saves, without the sweep's worker start-up,
+    its final tests and the machine's other load (CPU time, not wall)."""
+    from exactlens.train import train_many
+
+    options = dict(epochs=epochs, strings_per_epoch=100, batch_size=100, eval_every=0, test_strings=1, test_length=1,
+                   lr=3e-4)
+    out = {}
+    for i, length in enumerate(lengths):
+        times = {}
+        for side in (("plain", "stacked") if i % 2 == 0 else ("stacked", "plain")):
+            start = time.process_time()
+            if side == "plain":
+                for seed in range(seeds):
+                    plain_run(length, epochs, 1, 1, seed)
+            else:
+                train_many("first", list(range(seeds)), train_length=length, **options)
+            times[side] = (time.process_time() - start) / seeds
+        out[length] = (times["plain"], times["stacked"])
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="16 short runs instead of Fig. 4's 80")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 50; --quick 5)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per grid point (default 10; --quick 4)")
+    parser.add_argument("--cpu-epochs", type=int, default=None, help="epochs of the in-process CPU comparison "
+                        "(default: half of --epochs)")
     add_arguments(parser)
     args = parser.parse_args()
     lengths, seeds, epochs, test_length, test_strings = fig4_settings(args, 50)
@@ -92,6 +121,7 @@ def main() -> int:
             for _scaled in (False, True):
                 plain[length] += [plain_run(length, epochs, test_length, test_strings, s) for s in range(seeds)]
         plain_wall = time.perf_counter() - start
+        cpu = in_process(lengths, seeds, args.cpu_epochs or max(2, epochs // 2))
     finally:
         torch.set_num_threads(threads)
     print(f"plain PyTorch: {runs} runs one after the other, one thread: {plain_wall:.1f} s, load average "
@@ -103,6 +133,14 @@ def main() -> int:
         p, s = sum(plain[length]) / len(plain[length]), sum(stacked[length]) / len(stacked[length])
         print(f"| {length} | {p:.3f} | {s:.3f} | {p / s:.2f}x |")
         goals.add(f"stacked vs plain, |w| = {length}, {epochs} epochs: plain s/run over stacked s/run", p / s, "x")
+    print(f"in this process, one thread, training only ({args.cpu_epochs or max(2, epochs // 2)} epochs, {seeds} seeds "
+          "per length), process CPU:")
+    print("| \\|w\\| | plain CPU s/run | train_many CPU s/run | plain / stacked |")
+    print("|---|---|---|---|")
+    for length, (p, s) in cpu.items():
+        print(f"| {length} | {p:.3f} | {s:.3f} | **{p / s:.2f}x** |")
+        goals.add(f"plain runs vs train_many of {seeds} seeds, |w| = {length}, training only, CPU time", p / s, "x")
+    print(f"load average {os.getloadavg()[0]:.2f}")
     ratio = plain_wall / sweep_wall
     per_core = plain_wall / (sweep_wall * workers)
     print(f"throughput: {runs}-run plain loop / sweep = **{ratio:.2f}x** (goal >= 10x); per core (the sweep's wall x "

@@ -13,7 +13,9 @@ construction and every switch).
 One run needs no mapping: :class:`SingleRun` calls the model itself on its own parameters (no
 ``functional_call``, no per-parameter views in the graph, ~1 ms less per step at the training
 loop's small sizes) and shows them with a run axis of 1, so that the training loop treats one run
-and many alike; :func:`training_runs` picks the one or the other.
+and many alike; :func:`training_runs` picks the one or the other. :class:`FlatLeaves` holds the trainable
+parameters of either in one flat buffer for the optimizer, and :func:`check_drawn` checks the training loop's
+own words once per shape (both for speed; docs/training.md, Speed).
 """
 
 from __future__ import annotations
@@ -193,8 +195,8 @@ class FlatLeaves:
     updates ``flat`` (one tensor: one fused Adam call and one zeroing per step instead of one per parameter) and
     each leaf sees the update, being a view of it; each leaf's gradient is a view of ``flat.grad``, into which
     backward adds in place. ``zero_grad`` zeroes the one buffer; ``release`` gives every leaf its own storage back
-    (its values and last gradient), as it had before. The same values step for step: 0 + g is g, and the
-    optimizer's arithmetic is per element."""
+    (its values and last gradient), as it had before. The same values step for step: 0 + g is g (the sign of a
+    zero aside), and the optimizer's arithmetic is per element (tests/train/test_bit_identical.py)."""
 
     def __init__(self, leaves: Sequence[torch.Tensor]):
         self.leaves = list(leaves)
@@ -214,7 +216,7 @@ class FlatLeaves:
     def release(self) -> None:
         for leaf in self.leaves:
             leaf.data = leaf.detach().clone()
-            leaf.grad = leaf.grad.clone()
+            leaf.grad = None if leaf.grad is None else leaf.grad.clone()
 
 
 def flat_or_not(leaves: list[torch.Tensor]) -> FlatLeaves | None:
