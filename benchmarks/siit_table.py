@@ -8,16 +8,17 @@ For each case (a construction or preset with its training settings, ``CASES``), 
    measured with the same mapping and pairs (exactlens.train.siit.measure): each mapped variable's
    interchange accuracy (all pairs, changed pairs), the decision change and the output change (total
    variation) when each unmapped component is resampled;
-3. with ``--diff``: ``exactlens diff --parts alignment`` of each checkpoint against the construction
-   (``DIFF`` settings), each mapped variable's verdict, its site and whether that is the mapped site
-   (the plain model is read against the SIIT run's mapping).
+3. with ``--diff`` (or later, on the checkpoints already trained, ``--diff-only siit,plain``): ``exactlens
+   diff --parts alignment`` of each checkpoint against the construction (``DIFF`` settings), each mapped
+   variable's verdict, its site and whether that is the mapped site (the plain model is read against the
+   SIIT run's mapping).
 
 Each case is written to ``--out``/NAME.json (atomically) as it finishes, so cases can run one at a time
 in separate processes (the machine is shared); ``--table`` prints the markdown table of every case
 found there (no training). Seconds are wall-clock, with the load average at the start and end.
 
 Usage: PYTHONPATH=src python benchmarks/siit_table.py [--cases first,parity,...] [--diff] [--out runs/siit-table]
-       [--threads 1] [--table]
+       [--threads 1] [--diff-only siit,plain] [--table]
 """
 
 from __future__ import annotations
@@ -101,9 +102,10 @@ def run_case(name: str, settings: dict[str, Any], out: Path, threads: int, with_
     row["mapping"] = {v: s["hook"] for v, s in record["mapping"].items()}
     row["in_circuit_unmapped"] = record["in_circuit_unmapped"]
     row["siit"] = {**measured_row(record["measured"]), "test_accuracy": siit.final.get("test_accuracy"),
-                   "word_disjoint": record["measured"]["word_disjoint"]}
+                   "test_r2": siit.final.get("test_r2"), "word_disjoint": record["measured"]["word_disjoint"]}
     loss = siit_loss_of(get_preset(name).spec(dict(settings, siit=True)))
-    row["plain"] = {**measured_row(measure(loss, plain.model)), "test_accuracy": plain.final.get("test_accuracy")}
+    row["plain"] = {**measured_row(measure(loss, plain.model)), "test_accuracy": plain.final.get("test_accuracy"),
+                    "test_r2": plain.final.get("test_r2")}
     row["load_end"] = load()
     if with_diff:
         add_diffs(row, out, ("siit", "plain"))
@@ -139,9 +141,16 @@ def _at_sites(side: dict[str, Any]) -> str:
     return f"{hits}/{len(rows)}"
 
 
+def _test(side: dict[str, Any]) -> str:
+    """Test accuracy, or R^2 for a regression task."""
+    if side.get("test_accuracy") is not None:
+        return f"{side['test_accuracy']:.3f}"
+    return "-" if side.get("test_r2") is None else f"R² {side['test_r2']:.3f}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| case | epochs | interchange acc. SIIT (changed pairs) | plain | max resample decision change SIIT "
-            "| plain | max output change SIIT | plain | test acc. SIIT / plain | diff: computed at mapped site "
+            "| plain | max output change SIIT | plain | test acc. (R²) SIIT / plain | diff: computed at mapped site "
             "SIIT / plain | seconds SIIT / plain | load |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -154,7 +163,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| `{r['case']}` | {r['settings']['epochs']} | {_range(s['iia'])} ({_range(s['iia_changed'])}) | "
             f"{_range(p['iia'])} ({_range(p['iia_changed'])}) | {f(s['max_decision_change'])} | "
             f"{f(p['max_decision_change'])} | {f(s['max_output_change'])} | {f(p['max_output_change'])} | "
-            f"{f(s['test_accuracy'])} / {f(p['test_accuracy'])} | {_at_sites(s)} / {_at_sites(p)} | "
+            f"{_test(s)} / {_test(p)} | {_at_sites(s)} / {_at_sites(p)} | "
             f"{r['siit_seconds']:.0f} / {r['plain_seconds']:.0f} | {r['load_start'][0]:.1f}-{r['load_end'][0]:.1f} |")
     return "\n".join(lines)
 
