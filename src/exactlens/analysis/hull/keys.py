@@ -79,8 +79,8 @@ import torch
 
 from exactlens.analysis.hull import fast as hull_fast
 from exactlens.analysis.hull.products import threads_for_products
-from exactlens.analysis.hull.solver import SELECTABLE, UNDECIDED, HullSolver
 from exactlens.analysis.hull.request import HullRequest
+from exactlens.analysis.hull.solver import SELECTABLE, UNDECIDED, HullSolver
 from exactlens.errors import ExactLensError
 from exactlens.progress import bar
 from exactlens.resources import check_work
