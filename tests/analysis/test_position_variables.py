@@ -132,3 +132,15 @@ def test_a_label_a_later_component_overwrites_after_reading_is_settled_where_it_
     label = next(v for v in variables if v.name == name)
     design = design_pairs(task, runs, [label], 16, seed=0)
     assert design.pools[2][0].effective > 0 and design.pools[0][0].effective > 0
+
+
+def test_the_page_names_a_position_resolved_row_by_its_position():
+    """The alignment's page column and tooltip read "position p" for position "at", the position word else."""
+    from exactlens.analysis.diff.parts.alignment import _cell, _positions
+
+    assert _positions({"position": "at", "position_index": 1}) == "position 1"
+    assert _positions({"position": "readout"}) == "readout"
+    row = {"verdict": "computed", "iia_changed": 1.0, "iia_ci": [0.9, 1.0], "changed_pairs": 32, "position": "at",
+           "position_index": 1, "dim": 1, "pairs": 40, "lift": 1.0, "random_iia_changed": 0.0,
+           "random_iia_p95": 0.0, "untrained_iia_changed": 0.0, "training_iia_changed": 1.0}
+    assert "position 1, dim 1" in _cell(row) and "at positions" not in _cell(row)

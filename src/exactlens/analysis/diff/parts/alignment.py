@@ -55,10 +55,17 @@ def _ci(ci: Any) -> str:
     return "–" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
+def _positions(r: dict[str, Any]) -> str | None:
+    """Where a row or line patches: its ``position`` ("readout", "every", ...), or "position p" for a
+    position-resolved variable (position "at", p its position_index)."""
+    return f"position {r.get('position_index')}" if r.get("position") == "at" else r.get("position")
+
+
 def _cell(r: dict[str, Any]) -> str:
     verdict = r.get("verdict")
+    where = _positions(r) if r.get("position") == "at" else f"{r['position']} positions"
     tip = (f"{verdict or ''}; IIA {num(r['iia_changed'])} {_ci(r.get('iia_ci'))} on "
-           f"{r.get('changed_pairs', '-')} changed pairs; {r['position']} positions, dim {r['dim']}, "
+           f"{r.get('changed_pairs', '-')} changed pairs; {where}, dim {r['dim']}, "
            f"{r['pairs']} pairs; lift {num(r.get('lift'))}; random subspace {num(r['random_iia_changed'])} "
            f"(p95 {num(r.get('random_iia_p95'))}), untrained {num(r['untrained_iia_changed'])}; training IIA "
            f"{num(r.get('training_iia_changed'))}")
@@ -94,7 +101,7 @@ def page(result: dict[str, Any]) -> list[str]:
     if not result.get("alignment"):
         return []
     details = result.get("alignment_details", {})
-    best = [[name, v["verdict"], v["site"] or "(no site claimed)", v["position"] or "–", v["dim"], v["iia"],
+    best = [[name, v["verdict"], v["site"] or "(no site claimed)", _positions(v) or "–", v["dim"], v["iia"],
              _ci(v["iia_ci"]), v["changed_pairs"], v["lift"], v["random_iia_p95"]]
             for name, v in details.get("verdicts", {}).items()]
     return [
