@@ -294,7 +294,8 @@ def probe_table(
             # a component that reads the label and then changes it: the value it read is the label's
             read_at = before_overwrite({site: np.where(degenerate[site][mask], np.nan, v) for site, v in held.items()},
                                        exact.sites, reference, reads, i)
-            if read_at != reference:
+            overwritten = read_at != reference
+            if overwritten:
                 held = {site: v / rescale[reference][mask] * rescale[read_at][mask] for site, v in held.items()}
                 reference = read_at
         y = exact_pooled[reference][mask, i]
@@ -307,6 +308,7 @@ def probe_table(
             "positions": scopes[i],
             "exact_site": settled,
             "constant": bool(is_constant(y)),
+            "overwritten": bool(overwritten),  # settled where its reader reads it, before that reader changes it
             "r2": {},
         }
         for site in trained.sites:
