@@ -34,12 +34,13 @@ SMALL = dict(parts=("alignment",), das_max_dim=1, das_steps=40, alignment_pairs=
 AND = "I[w_i=1 & i=1]"
 
 
-def _first(lengths: list[int]):
-    model = build("first", dtype="float64")
+def _exact(name: str, lengths: list[int]):
+    """A construction's (task, exact side, runs of ``lengths``, probe features)."""
+    model = build(name, dtype="float64")
     task = tasks.of_model(model)
     side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
     runs = run_both(task, lengths, 64, 0, side, side)
-    features = diff(model, "first", lengths=lengths, parts=("probes",), untrained_baseline=False)["probes"]["features"]
+    features = diff(model, name, lengths=lengths, parts=("probes",), untrained_baseline=False)["probes"]["features"]
     return task, side, runs, features
 
 
@@ -47,7 +48,7 @@ def test_a_position_resolved_variable_is_localized_at_its_position_and_not_at_ot
     """The planted case: FIRST's AND label is the first symbol at position 1 (zero elsewhere). Its exact
     direction swapped at the first FFN's output at position 1 gives the counterfactual on every changed pair
     (IIA 1); the same swap at position 2, 3 or at [CLS] changes nothing (IIA 0, doing nothing)."""
-    task, side, runs, features = _first([4, 5])
+    task, side, runs, features = _exact("first", [4, 5])
     variables, _ = exact_variables(side, features, runs)
     label = next(v for v in variables if v.name == AND)
     assert varying_positions(label, runs, side.model.readout_rows) == [1]
@@ -127,12 +128,7 @@ def test_a_label_a_later_component_overwrites_after_reading_is_settled_where_it_
     assert before_overwrite(held, sites, "c", reads, 1) == "c"  # it does not read label 1: the last value stands
     unchanged = {**held, "c": held["b"]}
     assert before_overwrite(unchanged, sites, "c", reads, 0) == "c"  # read but not changed
-    model = build("tracr-hist", dtype="float64")
-    task = tasks.of_model(model)
-    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
-    runs = run_both(task, [4, 5], 64, 0, side, side)
-    features = diff(model, "tracr-hist", lengths=[4, 5], parts=("probes",),
-                    untrained_baseline=False)["probes"]["features"]
+    task, side, runs, features = _exact("tracr-hist", [4, 5])
     name = "hist_2_selector_width_attn_output"
     assert next(f for f in features if f["label"] == name)["exact_site"] == "blocks.0.hook_resid_mid"
     variables, _ = exact_variables(side, features, runs)
@@ -160,12 +156,7 @@ def test_a_swap_that_leaves_the_answer_to_rounding_has_no_counterfactual() -> No
     (TIED) and is no designed pair, so the label's own direction, swapped at its writer's output at position 1,
     gives the counterfactual on every changed pair of every split (it was 0.9375 of 96 training pairs, 58 of them
     decided by rounding)."""
-    model = build("parity-ln-eta", dtype="float64")
-    task = tasks.of_model(model)
-    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
-    runs = run_both(task, [4, 6], 64, 0, side, side)
-    features = diff(model, "parity-ln-eta", lengths=[4, 6], parts=("probes",),
-                    untrained_baseline=False)["probes"]["features"]
+    task, side, runs, features = _exact("parity-ln-eta", [4, 6])
     variables, _ = exact_variables(side, features, runs)
     (resolved,) = position_variables(side, [v for v in variables if v.name == "k/n"], [1.0], 0.99, 1, runs)
     run = runs[1]
