@@ -16,23 +16,31 @@ from exactlens.analysis.diff.alignment.designed import design_pairs
 from exactlens.analysis.diff.alignment.directions import own_directions
 from exactlens.analysis.diff.alignment.patch import Fit, patch_masks
 from exactlens.analysis.diff.alignment.score import score_group
-from exactlens.analysis.diff.alignment.variables import exact_variables, position_variables, varying_positions
+from exactlens.analysis.diff.alignment.variables import (
+    TIED,
+    exact_variables,
+    position_variables,
+    unread_after,
+    varying_positions,
+)
 from exactlens.analysis.diff.alignment.verdicts import format_verdict_line
 from exactlens.analysis.diff.probes import before_overwrite
 from exactlens.analysis.diff.runs import make_side, run_both
 from exactlens.analysis.timeline.events import events
 from exactlens.constructions import build
+from exactlens.model.labels import label_direction
 
 SMALL = dict(parts=("alignment",), das_max_dim=1, das_steps=40, alignment_pairs=16, untrained_baseline=False)
 AND = "I[w_i=1 & i=1]"
 
 
-def _first(lengths: list[int]):
-    model = build("first", dtype="float64")
+def _exact(name: str, lengths: list[int]):
+    """A construction's (task, exact side, runs of ``lengths``, probe features)."""
+    model = build(name, dtype="float64")
     task = tasks.of_model(model)
     side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
     runs = run_both(task, lengths, 64, 0, side, side)
-    features = diff(model, "first", lengths=lengths, parts=("probes",), untrained_baseline=False)["probes"]["features"]
+    features = diff(model, name, lengths=lengths, parts=("probes",), untrained_baseline=False)["probes"]["features"]
     return task, side, runs, features
 
 
@@ -40,7 +48,7 @@ def test_a_position_resolved_variable_is_localized_at_its_position_and_not_at_ot
     """The planted case: FIRST's AND label is the first symbol at position 1 (zero elsewhere). Its exact
     direction swapped at the first FFN's output at position 1 gives the counterfactual on every changed pair
     (IIA 1); the same swap at position 2, 3 or at [CLS] changes nothing (IIA 0, doing nothing)."""
-    task, side, runs, features = _first([4, 5])
+    task, side, runs, features = _exact("first", [4, 5])
     variables, _ = exact_variables(side, features, runs)
     label = next(v for v in variables if v.name == AND)
     assert varying_positions(label, runs, side.model.readout_rows) == [1]
@@ -120,12 +128,7 @@ def test_a_label_a_later_component_overwrites_after_reading_is_settled_where_it_
     assert before_overwrite(held, sites, "c", reads, 1) == "c"  # it does not read label 1: the last value stands
     unchanged = {**held, "c": held["b"]}
     assert before_overwrite(unchanged, sites, "c", reads, 0) == "c"  # read but not changed
-    model = build("tracr-hist", dtype="float64")
-    task = tasks.of_model(model)
-    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
-    runs = run_both(task, [4, 5], 64, 0, side, side)
-    features = diff(model, "tracr-hist", lengths=[4, 5], parts=("probes",),
-                    untrained_baseline=False)["probes"]["features"]
+    task, side, runs, features = _exact("tracr-hist", [4, 5])
     name = "hist_2_selector_width_attn_output"
     assert next(f for f in features if f["label"] == name)["exact_site"] == "blocks.0.hook_resid_mid"
     variables, _ = exact_variables(side, features, runs)
@@ -144,3 +147,32 @@ def test_the_page_names_a_position_resolved_row_by_its_position():
            "position_index": 1, "dim": 1, "pairs": 40, "lift": 1.0, "random_iia_changed": 0.0,
            "random_iia_p95": 0.0, "untrained_iia_changed": 0.0, "training_iia_changed": 1.0}
     assert "position 1, dim 1" in _cell(row) and "at positions" not in _cell(row)
+
+
+def test_a_swap_that_leaves_the_answer_to_rounding_has_no_counterfactual() -> None:
+    """parity-ln-eta's k/n at position 1: where the base word has k = 1 and the source another k, the swap takes
+    I[i=k] from position 1 and no position holds it, so s = 0 and the answer is undefined; the confidence layer's
+    post-LN (eps = 0) scales the residue of s (~1e-17) to a confident answer. Such a pair has no counterfactual
+    (TIED) and is no designed pair, so the label's own direction, swapped at its writer's output at position 1,
+    gives the counterfactual on every changed pair of every split (it was 0.9375 of 96 training pairs, 58 of them
+    decided by rounding)."""
+    task, side, runs, features = _exact("parity-ln-eta", [4, 6])
+    variables, _ = exact_variables(side, features, runs)
+    (resolved,) = position_variables(side, [v for v in variables if v.name == "k/n"], [1.0], 0.99, 1, runs)
+    run = runs[1]
+    ones = run.ids.sum(1)
+    base, source = torch.nonzero(ones == 1).flatten(), torch.nonzero(ones != 1).flatten()
+    pairs = torch.cartesian_prod(base[:8], source[:8])
+    cf = resolved.counterfactual(run, pairs[:, 0], pairs[:, 1])
+    assert len(pairs) >= 32 and bool((cf == TIED).all()), cf
+    design = design_pairs(task, runs, [resolved], 32, seed=0)
+    labels = list(side.model.cfg.residual_labels)
+    u = label_direction(labels, "k/n").double()
+    projector = (u[:, None] * u[None, :]).unsqueeze(0)
+    for split in design.splits:
+        score = score_group(task, side, "blocks.0.hook_attn_out", [Fit(0, 1, "@1")], split, projector)[0]
+        assert score["changed_units"] >= 10 and score["iia_changed"] == 1.0, score
+    # s at position 1 (and the confidence layer's s̄) reach no readout: that layer's attention does nothing
+    site = {f["label"]: f["exact_site"] for f in features}
+    assert "no attention layer after" in unread_after(side, site["s"], 1)
+    assert unread_after(side, site["k/n"], 1) is None and resolved.unread is None

@@ -74,8 +74,8 @@ def changed_units(task: tasks.Task, cf: torch.Tensor, base: torch.Tensor, n_posi
     per-pair count of :func:`.score.units`' ``changed``, against an answer)."""
     if task.kind == "classification":
         return ((cf.long() != base.long()) & (cf.long() != TIED)).long()
-    if task.kind == "membership":
-        return (cf.double() != base.double()).long()
+    if task.kind == "membership":  # an exact label's answer decided by rounding (TIED) is no unit
+        return ((cf.double() != base.double()) & (cf.long() != TIED)).long()
     width = cf.shape[1]
     valid = task.target_mask(n_positions - task.n_specials, width, cf)  # cf's undefined answers are no units
     if task.kind == "prediction":
@@ -261,6 +261,8 @@ def untestable_reason(variable: HighLevel, pools: list[Pool], runs: list[LengthR
     if any(pool.effective for pool in pools):
         return None
     searched = sum(pool.searched for pool in pools)
+    if variable.unread:  # a position-resolved variable nothing carries on (:func:`.variables.unread_after`)
+        return f"{variable.unread} (none of the {searched} pairs searched does)"
     if all(pool.exhaustive for pool in pools):
         return (f"no (base, source) pair of these words changes the exact output through it (all {searched} "
                 "ordered pairs of distinct words of one length searched)")

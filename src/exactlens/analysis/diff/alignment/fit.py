@@ -26,7 +26,7 @@ from exactlens.analysis.diff.alignment.starts import (
     start_weights,
     variable_dim,
 )
-from exactlens.analysis.diff.alignment.variables import HighLevel
+from exactlens.analysis.diff.alignment.variables import TIED, HighLevel
 from exactlens.analysis.diff.runs import Side
 from exactlens.tasks import kinds
 
@@ -215,7 +215,7 @@ def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: lis
                         masks[lo:hi], n_pos, [jobs[j].site for j in rows_of[lo:hi]])
                     targets = torch.cat([pset.cf[f.variable][pick] for f in cand_fits[lo:hi]])
                     n_all = n_pos.repeat(hi - lo)
-                    loss = kinds.loss(task, side.reader.evidence(outputs, n_all), targets, n_all).sum() / len(pick)
+                    loss = _loss(task, side.reader.evidence(outputs, n_all), targets, n_all).sum() / len(pick)
                     loss.backward()
                 optimizer.step()
     finally:
@@ -228,6 +228,16 @@ def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: lis
         out[j] = (fitted[at:at + len(cands)], initial[at:at + len(cands)])
         at += len(cands)
     return out
+
+
+def _loss(task: tasks.Task, evidence: torch.Tensor, targets: torch.Tensor, n_positions: torch.Tensor
+          ) -> torch.Tensor:
+    """Per-word loss towards the counterfactual answers; a membership answer decided by rounding (TIED, of an
+    exact label's patch: :class:`.variables.NormWatch`) adds none (cross-entropy leaves classes' TIED out)."""
+    if task.kind != "membership":
+        return kinds.loss(task, evidence, targets, n_positions)
+    keep = targets.long() != TIED
+    return kinds.loss(task, evidence, torch.where(keep, targets.long(), 0), n_positions) * keep
 
 
 def probe_starts(side: Side, site: str, fits: list[Fit], train: list[PairSet], variables: list[HighLevel],

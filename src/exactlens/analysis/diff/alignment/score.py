@@ -23,11 +23,10 @@ def units(task: tasks.Task, decisions: torch.Tensor, cf: torch.Tensor, base: tor
     (the model's own unpatched decision, or an answer). Regression decisions (and a base that is a
     decision) are decoded to the nearest answer of the batch, answers closer than rounding being one
     (:func:`regression_answers`)."""
-    if task.kind == "classification":  # an exact label's tied counterfactual (TIED) is no unit
+    if task.kind in ("classification", "membership"):  # an exact label's tied counterfactual (TIED) is no unit
         keep = cf.long() != TIED
-        return (decisions == cf.to(decisions.dtype))[keep], (cf.to(decisions.dtype) != base.to(decisions.dtype))[keep]
-    if task.kind == "membership":
-        return decisions == cf.to(decisions.dtype), cf.to(decisions.dtype) != base.to(decisions.dtype)
+        cf, base = cf[keep].long(), base[keep].long()
+        return decisions[keep].long() == cf, cf != base
     width = cf.shape[1]
     valid = task.target_mask(n_positions - task.n_specials, width, cf)  # cf's undefined answers are no units
     if task.kind == "prediction":

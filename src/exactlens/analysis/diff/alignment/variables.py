@@ -12,7 +12,7 @@ import torch
 
 from exactlens import tasks
 from exactlens.analysis.diff.interventions import _patched_outputs
-from exactlens.analysis.diff.runs import LengthRun, Side, writer_site
+from exactlens.analysis.diff.runs import LengthRun, Side, post_norm_scales, writer_site
 from exactlens.model.labels import is_negated_copy, label_direction
 from exactlens.tasks import kinds
 
@@ -34,6 +34,8 @@ class HighLevel:
     position_index: int | None = None
     # an exact variable held at every position: its position-resolved variable at a position
     at_position: Callable[[int], HighLevel] | None = None
+    # a position-resolved variable that nothing after its site carries to the readout: why no swap can test it
+    unread: str | None = None
 
 
 def task_variables(task: tasks.Task) -> list[HighLevel]:
@@ -109,9 +111,11 @@ def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], label
             positions = np.array([at])
         n_pos = run.n_positions[b]
         writer = writer_site(exact, site)
-        outputs = _patched_outputs(exact, run.tokens[b], writer, direction, run.exact_acts[writer][s.numpy()],
-                                   positions, n_pos)
-        return no_answer_where_tied(exact, outputs, exact.reader.decide(outputs, n_pos))
+        with NormWatch(exact) as watch:
+            outputs = _patched_outputs(exact, run.tokens[b], writer, direction, run.exact_acts[writer][s.numpy()],
+                                       positions, n_pos)
+        undecided = watch.undecided(None if rows is None else rows[b])
+        return no_answer_where_tied(exact, outputs, exact.reader.decide(outputs, n_pos), undecided)
 
     def base_answer(run: LengthRun, b: torch.Tensor) -> torch.Tensor:
         return exact.reader.decide(run.exact_outputs[b], run.n_positions[b])
@@ -131,10 +135,30 @@ def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], label
         detail["members"] = [m["label"] for m in members]
     if at is not None:
         detail.update(position_index=at, resolves=name)
-        return HighLevel(f"{name}@{at}", "exact", "position", counterfactual, base_answer, detail, values, at)
+        return HighLevel(f"{name}@{at}", "exact", "position", counterfactual, base_answer, detail, values, at,
+                         unread=unread_after(exact, site, at))
     return HighLevel(name, "exact", "position" if scope == "all" else "word", counterfactual, base_answer, detail,
                      values, at_position=(lambda p: _exact_variable(exact, name, members, labels, p))
                      if scope == "all" else None)
+
+
+def unread_after(exact: Side, site: str, at: int) -> str | None:
+    """Why a value at position ``at`` after ``site`` cannot reach the readout of the exact model: no attention
+    layer after the site moves anything between positions (its value or output weights are zero), and every
+    other component works position by position. None where one may. parity-ln-eta's s and its confidence
+    layer's s̄ at position 1: the confidence layer's attention does nothing, and only [CLS] is read."""
+    parts = site.split(".")
+    if len(parts) != 3 or not parts[1].isdigit() or not hasattr(exact.model, "blocks"):
+        return None
+    first = int(parts[1]) + (0 if parts[2] == "hook_resid_pre" else 1)
+    for block in list(exact.model.blocks)[first:]:
+        attn = getattr(block, "attn", None)
+        if attn is None or not all(hasattr(attn, w) for w in ("W_V", "W_O")):
+            return None
+        if bool(attn.W_V.detach().any()) and bool(attn.W_O.detach().any()):
+            return None
+    return (f"no attention layer after {site} moves position {at} to the readout (each has zero value or output "
+            "weights) and every other component works position by position: no swap there changes the output")
 
 
 def varying_positions(variable: HighLevel, runs: list[LengthRun], readout: Callable[[torch.Tensor], Any]
@@ -213,13 +237,73 @@ def one_hot_groups(exact: Side, feats: list[dict[str, Any]], runs: list[LengthRu
 TIED = -100  # a counterfactual class with no answer (cross-entropy's ignore_index; units() leaves it out)
 
 
-def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Tensor) -> torch.Tensor:
+ROUNDING_UNITS = 64  # a post-LN input (eps = 0) this many rounding units of its summands' size is zero
+
+
+class NormWatch:
+    """Watches, in one forward pass of an exact model, its post layer norms with eps = 0 at the readout row:
+    ``undecided`` marks the rows where one of them normalized an input that is zero to within rounding (at most
+    ROUNDING_UNITS units of its summands' size: the residual and the component output it adds). Such a norm
+    scales rounding noise to unit size, so the answer after it is decided by rounding, not by the circuit.
+    parity-ln-eta: its confidence layer (Chiang & Cholak Prop. 2) writes [s, -s, 0...] and normalizes it; where a
+    swap leaves no position with i = k, s is 0, and the answer was the sign of a residue ~1e-17 (58 of the 96
+    changed training pairs of k/n@1 at lengths 4, 6; a patch in the same direction computed another way took
+    the other sign on 6 of them)."""
+
+    def __init__(self, exact: Side):
+        model = exact.model
+        self.watched: list[tuple[str, str, str]] = []  # (scale hook, residual hook, component hook)
+        for name in post_norm_scales(exact) if exact.exact else []:
+            layer, ln = name.split(".")[1], name.split(".")[2]
+            if model.blocks[int(layer)].get_submodule(ln).eps != 0:
+                continue
+            parts = ("hook_resid_pre", "hook_attn_out") if ln == "ln1" else ("hook_resid_mid", "hook_mlp_out")
+            hooks = (name, *(f"blocks.{layer}.{part}" for part in parts))
+            if all(h in model.hook_dict for h in hooks):
+                self.watched.append(hooks)  # type: ignore[arg-type]
+        self.model, self.acts, self.handles = model, {}, []
+
+    def __enter__(self) -> NormWatch:
+        for name in dict.fromkeys(h for hooks in self.watched for h in hooks):
+            self.handles.append(self.model.hook_dict[name].register_forward_hook(
+                lambda module, args, out, name=name: self.acts.__setitem__(name, out.detach())))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+    def undecided(self, rows: torch.Tensor | None) -> torch.Tensor | None:
+        """[B] bool: the rows whose readout position went through a norm of rounding noise; None where nothing
+        is watched or the readout is per position."""
+        if rows is None or not self.watched or not self.acts:
+            return None
+        index = rows.long().to(next(iter(self.acts.values())).device)
+        out = None
+        for scale_name, residual, component in self.watched:
+            def at(name: str) -> torch.Tensor:
+                act = self.acts[name]
+                return act[torch.arange(act.shape[0], device=act.device), index[:act.shape[0]]].double()
+            size = torch.maximum(at(residual).pow(2).mean(-1).sqrt(), at(component).pow(2).mean(-1).sqrt())
+            eps = torch.finfo(self.acts[scale_name].dtype).eps
+            here = at(scale_name).reshape(len(size)) <= ROUNDING_UNITS * eps * size
+            out = here if out is None else out | here
+        return None if out is None else out.cpu()
+
+
+def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Tensor,
+                         undecided: torch.Tensor | None = None) -> torch.Tensor:
     """Argmax decisions of an exact label's patched model, TIED where its two largest logits are equal
     (within 16 rounding units of its dtype): the exact model's answer there is its argmax's tie-break
     (the first class), which a copy in another basis breaks by rounding. tracr-hist: patching one
     dimension of its one-hot count hist_2:0..5 leaves two counts set, whose logits tie; its rotated
-    copy took the other class on 2 of 28 changed test pairs (hist_2:1, 0.93)."""
+    copy took the other class on 2 of 28 changed test pairs (hist_2:1, 0.93). ``undecided`` ([B] bool,
+    :class:`NormWatch`): rows whose answer a norm of rounding noise decided, TIED too (as class indices:
+    a membership bit becomes 0 / 1 / TIED)."""
     task = exact.reader.task
+    if undecided is not None and bool(undecided.any()) and decisions.shape[:1] == undecided.shape:
+        return torch.where(undecided.reshape(-1, *([1] * (decisions.ndim - 1))), torch.full_like(
+            decisions.long(), TIED), no_answer_where_tied(exact, outputs, decisions).long())
     if task.kind not in ("classification", "prediction"):
         return decisions
     logits = outputs.double() if task.kind == "classification" else kinds.symbol_outputs(task, outputs).double()
