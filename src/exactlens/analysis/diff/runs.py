@@ -301,16 +301,18 @@ def run_exact(task: tasks.Task, lengths: list[int], strings: int, seed: int, exa
     """The words of every length (drawn with ``seed``) and the exact model's run on them; the trained
     fields are empty until :func:`with_trained` (a timeline runs the exact side once for all its models)."""
     gen = torch.Generator().manual_seed(int(seed))
+    return [run_exact_words(task, length, *words(task, length, strings, gen), exact) for length in lengths]
+
+
+def run_exact_words(task: tasks.Task, length: int, ids: torch.Tensor, exhaustive: bool, exact: Side) -> LengthRun:
+    """The exact model's run on the words ``ids`` of one length (``exhaustive``: they are every word of it)."""
     e_names = (set(exact.sites) | _attention_hooks(exact.n_layers) | set(post_norm_scales(exact))
-               | {writer_site(exact, site) for site in exact.sites})
-    runs = []
-    for length in lengths:
-        ids, exhaustive = words(task, length, strings, gen)
-        batch = task.encode(ids)
-        e_logits, e_acts = exact.run(batch.tokens, e_names)
-        runs.append(LengthRun(length, ids, batch.tokens, batch.n_positions, exhaustive, task.targets(ids), None,
-                              exact.outputs(e_logits, batch.n_positions), {}, e_acts))
-    return runs
+               | {writer_site(exact, site) for site in exact.sites}
+               | {recorded_hook(hook) for norm in zero_eps_norms(exact) for hook in norm})
+    batch = task.encode(ids)
+    e_logits, e_acts = exact.run(batch.tokens, e_names)
+    return LengthRun(length, ids, batch.tokens, batch.n_positions, exhaustive, task.targets(ids), None,
+                     exact.outputs(e_logits, batch.n_positions), {}, e_acts)
 
 
 def with_trained(runs: list[LengthRun], trained: Side) -> list[LengthRun]:
@@ -366,19 +368,58 @@ def later_scale(runs: list[LengthRun], side: Side, site: str) -> np.ndarray:
     return product
 
 
-DEGENERATE_SCALE = 1e-8  # a post-LN scale below this share of its largest normalizes rounding noise
+ROUNDING_UNITS = 64  # a post-LN input (eps = 0) this many rounding units of its summands' size is zero
+
+
+def zero_eps_norms(side: Side) -> list[tuple[str, str, str]]:
+    """(scale hook, residual hook, component hook) of each post layer norm with eps = 0 of an exact side, in
+    depth order: its scale, and the two summands of its input (the residual stream and the component output
+    it adds)."""
+    model, out = side.model, []
+    for name in post_norm_scales(side) if side.exact else []:
+        layer, ln = name.split(".")[1], name.split(".")[2]
+        if model.blocks[int(layer)].get_submodule(ln).eps != 0:
+            continue
+        parts = ("hook_resid_pre", "hook_attn_out") if ln == "ln1" else ("hook_resid_mid", "hook_mlp_out")
+        hooks = (name, *(f"blocks.{layer}.{part}" for part in parts))
+        if all(h in model.hook_dict for h in hooks):
+            out.append(hooks)
+    return out
+
+
+def normalizes_rounding(scale: Any, residual: Any, component: Any, dtype: torch.dtype) -> torch.Tensor:
+    """[B] bool, the one criterion of a post-LN (eps = 0) that normalized rounding noise: its scale (its input's
+    rms) is at most ROUNDING_UNITS rounding units of ``dtype`` of its summands' size (the larger rms of the
+    ``residual`` [B, d] and the ``component`` output [B, d] whose sum it normalizes). Such a norm scales noise to
+    unit size: what follows it there is decided by rounding, not by the circuit (Chiang & Cholak Prop. 2's
+    confidence layer where s = 0). Used on a forward's readout rows (:class:`.alignment.variables.NormWatch`)
+    and on every pooled row of the runs (:func:`degenerate_rows`)."""
+    def rms(x: Any) -> torch.Tensor:
+        return torch.as_tensor(x).double().pow(2).mean(-1).sqrt()
+
+    size = torch.maximum(rms(residual), rms(component))
+    return torch.as_tensor(scale).double().reshape(len(size)).abs() <= ROUNDING_UNITS * torch.finfo(dtype).eps * size
+
+
+def recorded_hook(name: str) -> str:
+    """The hook a run records for ``name``: blocks.L.hook_resid_pre is blocks.(L-1).hook_resid_post."""
+    parts = name.split(".")
+    if parts[-1] == "hook_resid_pre" and int(parts[1]) > 0:
+        return f"blocks.{int(parts[1]) - 1}.hook_resid_post"
+    return name
 
 
 def degenerate_rows(runs: list[LengthRun], side: Side, site: str) -> np.ndarray:
     """[N] bool per pooled row: a post-LN norm with eps = 0 before ``site`` divided a stream that was zero up
-    to rounding (Chiang & Cholak Prop. 2's confidence layer at the positions it clears), so what the site
-    holds there is amplified noise."""
+    to rounding (:func:`normalizes_rounding`; Chiang & Cholak Prop. 2's confidence layer at the positions it
+    clears), so what the site holds there is amplified noise."""
     first = _first_norm_after(site)
     out = np.zeros(sum(run.tokens.numel() for run in runs), dtype=bool)
-    for name in post_norm_scales(side):
+    dtype = side.model.cfg.torch_dtype
+    for name, residual, component in zero_eps_norms(side):
         if first is None or (int(name.split(".")[1]), name.split(".")[2]) < first:
-            scale = np.abs(pooled(runs, name, "exact")[:, 0])
-            out |= ~(scale > DEGENERATE_SCALE * np.nanmax(scale, initial=0.0))
+            out |= normalizes_rounding(pooled(runs, name, "exact"), pooled(runs, recorded_hook(residual), "exact"),
+                                       pooled(runs, component, "exact"), dtype).numpy()
     return out
 
 

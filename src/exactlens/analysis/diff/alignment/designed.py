@@ -15,7 +15,8 @@ answer equally often), evaluated in rounds that interleave the lengths, and a ca
 is effective for a variable that still has fewer than its target of changed units: the test split's
 target is ``wanted`` (``--alignment-pairs``), the others' in the ratio of SPLIT. Nothing ineffective is
 added to fill a target: where the pool holds fewer effective pairs than asked, the statistics say how
-many exist. The search stops when every target is met or after POOL_FACTOR candidates per wanted unit.
+many exist. The search stops when every target is met or after POOL_FACTOR candidates per wanted unit
+(GROWN_POOL_FACTOR in the search repeated on more words where effective pairs were scarce, :mod:`.grow`).
 
 The share of units whose counterfactual is the source's own answer (``source_determined``) is a
 property of the variable, not of the design: it is measured on every candidate evaluated for the
@@ -38,6 +39,7 @@ from exactlens.analysis.diff.alignment.variables import TIED, HighLevel
 from exactlens.analysis.diff.runs import LengthRun
 
 POOL_FACTOR = 32  # at most this many candidate pairs searched per wanted changed unit (per split)
+GROWN_POOL_FACTOR = 1024  # the same where effective pairs were scarce and the search runs again on more words
 MIN_CHUNK, MAX_CHUNK = 16, 512  # candidates evaluated per length per round
 SPLIT_NAMES = ("train", "validation", "test")
 
@@ -87,28 +89,35 @@ def changed_units(task: tasks.Task, cf: torch.Tensor, base: torch.Tensor, n_posi
     return (changed & valid).sum(1)
 
 
-def design_pairs(task: tasks.Task, runs: list[LengthRun], variables: list[HighLevel], wanted: int, seed: int
-                 ) -> Design:
+def design_pairs(task: tasks.Task, runs: list[LengthRun], variables: list[HighLevel], wanted: int, seed: int,
+                 pool_factor: int = POOL_FACTOR) -> Design:
     """Designed (train, validation, test) pair sets (module docstring); ``wanted``: changed test units per
     variable (the other splits' targets in the ratio of SPLIT)."""
     rng = np.random.default_rng(seed + 7)
-    targets = [max(1, int(round(wanted * share / SPLIT[2]))) for share in SPLIT]
+    targets = split_targets(wanted)
     words = [(run, split_words(run, rng)) for run in runs if len(run.ids)]
     if any(split is not None for _, split in words):
         pools_of = [[(run, split[k]) if split is not None else (run, _all_words(run) if k == 0 else None)
                      for run, split in words] for k in range(3)]
-        found = [_search(task, [p for p in pools_of[k] if p[1] is not None], variables, targets[k], rng)
+        found = [_search(task, [p for p in pools_of[k] if p[1] is not None], variables, targets[k], rng, pool_factor)
                  for k in range(3)]
         splits = tuple(f[0] for f in found)
         notes = {"word_disjoint": True,
                  "training_only_lengths": [run.length for run, split in words if split is None]}
         return Design(splits, [f[1] for f in found], found[0][2], notes)  # type: ignore[arg-type]
     # no length has words to spare: one search over all words, its pairs dealt 3:1:1 (words then recur)
-    chosen, pools, sampled = _search(task, [(run, _all_words(run)) for run, _ in words], variables, sum(targets), rng)
+    chosen, pools, sampled = _search(task, [(run, _all_words(run)) for run, _ in words], variables, sum(targets), rng,
+                                     pool_factor)
     return Design(_deal(chosen), [pools] * 3, sampled,
                   {"word_disjoint": False, "training_only_lengths": [],
                    "note": "no length has enough distinct words: designed pairs are dealt 3:1:1 to the splits "
                            "and test pairs may share words with training pairs"})
+
+
+def split_targets(wanted: int) -> list[int]:
+    """The changed units a designed search keeps per variable in each split: ``wanted`` in the test split,
+    the others in the ratio of SPLIT."""
+    return [max(1, int(round(wanted * share / SPLIT[2]))) for share in SPLIT]
 
 
 def _all_words(run: LengthRun) -> np.ndarray:
@@ -136,14 +145,16 @@ def _candidates(run: LengthRun, words: np.ndarray, cap: int, rng: np.random.Gene
 
 
 def _search(task: tasks.Task, pools: list[tuple[LengthRun, np.ndarray]], variables: list[HighLevel], target: int,
-            rng: np.random.Generator) -> tuple[list[PairSet], list[Pool], list[PairSet]]:
+            rng: np.random.Generator, pool_factor: int = POOL_FACTOR
+            ) -> tuple[list[PairSet], list[Pool], list[PairSet]]:
     """One split's search: per run its kept pairs (one PairSet), per variable its Pool, and every evaluated
     candidate chunk (PairSets)."""
     n_var = len(variables)
     stats = [Pool() for _ in variables]
     if not pools or not n_var:
         return [], stats, []
-    cap = max(MIN_CHUNK, math.ceil(POOL_FACTOR * target / len(pools)))
+    cap = max(MIN_CHUNK, math.ceil(pool_factor * target / len(pools)))
+    full = max(MIN_CHUNK, math.ceil(POOL_FACTOR * target / len(pools)))  # candidates evaluated for every variable
     cands = [_candidates(run, words, cap, rng) for run, words in pools]
     for _, _, exhaustive in cands:
         for pool in stats:
@@ -154,30 +165,42 @@ def _search(task: tasks.Task, pools: list[tuple[LengthRun, np.ndarray]], variabl
     evaluated: list[PairSet] = []
     at = 0
     while (got < target).any() and any(at < len(c[0]) for c in cands):
+        # past the first POOL_FACTOR candidates per wanted unit, only the variables still short are evaluated
+        live = np.arange(n_var) if at < full else np.flatnonzero(got < target)
+        size = chunk if at < full else MAX_CHUNK
         rounds = []
         for r, ((run, _), (base, source, _)) in enumerate(zip(pools, cands, strict=True)):
             if at < len(base):
-                pset = _evaluate(run, base[at:at + chunk], source[at:at + chunk], variables)
-                eff = torch.stack([changed_units(task, pset.cf[v], pset.base_answers[v],
-                                                 run.n_positions[pset.base]) for v in range(n_var)]).numpy()
+                pset = _evaluate(run, base[at:at + size], source[at:at + size], [variables[v] for v in live])
+                eff = np.zeros((n_var, len(pset.base)), np.int64)
+                eff[live] = torch.stack([changed_units(task, pset.cf[j], pset.base_answers[j],
+                                                       run.n_positions[pset.base]) for j in range(len(live))]).numpy()
                 rounds.append((r, pset, eff))
-                evaluated.append(pset)
-                for v, pool in enumerate(stats):
-                    pool.searched += eff.shape[1]
-                    pool.effective += int((eff[v] > 0).sum())
-                    pool.effective_units += int(eff[v].sum())
+                if len(live) == n_var:
+                    evaluated.append(pset)
+                for v in live:
+                    stats[v].searched += eff.shape[1]
+                    stats[v].effective += int((eff[v] > 0).sum())
+                    stats[v].effective_units += int(eff[v].sum())
         picks: dict[int, list[int]] = {r: [] for r, _, _ in rounds}
-        for p in range(chunk):  # the lengths interleaved
+        for p in range(size):  # the lengths interleaved
             for r, _, eff in rounds:
                 if p < eff.shape[1] and ((eff[:, p] > 0) & (got < target)).any():
                     picks[r].append(p)
                     got += eff[:, p]
         for r, pset, _ in rounds:
-            if picks[r]:
+            if picks[r] and len(live) == n_var:
                 kept[r].append(_subset(pset, picks[r]))
-        at += chunk
+            elif picks[r]:  # the kept pairs' counterfactuals of every variable, and what they add to the others
+                whole = _evaluate(pset.run, pset.base[picks[r]].numpy(), pset.source[picks[r]].numpy(), variables)
+                kept[r].append(whole)
+                for v in np.setdiff1d(np.arange(n_var), live):
+                    got[v] += int(changed_units(task, whole.cf[v], whole.base_answers[v],
+                                                pset.run.n_positions[whole.base]).sum())
+        at += size
     for v, pool in enumerate(stats):
         pool.kept_units = int(got[v])
+        pool.exhaustive &= pool.searched == sum(len(c[0]) for c in cands)  # every candidate evaluated for it
     return [_join(k) for k in kept if k], stats, evaluated
 
 

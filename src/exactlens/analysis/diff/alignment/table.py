@@ -13,6 +13,8 @@ import torch
 from exactlens import tasks
 from exactlens.analysis.diff.alignment import verdicts
 from exactlens.analysis.diff.alignment.designed import (
+    GROWN_POOL_FACTOR,
+    POOL_FACTOR,
     constant_within_length,
     design_pairs,
     pool_summary,
@@ -31,6 +33,7 @@ from exactlens.analysis.diff.alignment.fit import (
     site_groups,
     variable_dims,
 )
+from exactlens.analysis.diff.alignment.grow import grow_runs, scarce
 from exactlens.analysis.diff.alignment.localization import (
     COMPONENT_SITES,
     DETERMINED,
@@ -152,13 +155,16 @@ def _prepare(runs: list[LengthRun], trained: Side, exact: Side, features: list[d
         skipped.append({"variable": None, "reason": f"the trained model's decision rule {rule.name!r} gives no "
                         "differentiable evidence to fit a subspace by"})
         variables = []
-    found = _search(task, runs, variables, settings)
-    if variables and task.readout != "per_position":
-        resolved = position_variables(exact, variables, found["determined"], DETERMINED, settings.positions, runs)
-        if resolved:
-            more = _search(task, runs, resolved, settings, found)
-            variables = variables + resolved
-            found = more
+    found = _searches(task, runs, variables, exact, settings)
+    short = scarce(found["pools"], found["reasons"], settings.pairs, found["notes"].get("word_disjoint", True)) \
+        if settings.design == "designed" else []
+    grown = grow_runs(task, runs, trained, exact, settings.seed) if short else None
+    if grown is not None:  # effective pairs scarce among these words: the search again on more words (:mod:`.grow`)
+        names = [found["variables"][i].name for i in short]
+        runs = grown[0]
+        found = _searches(task, runs, variables, exact, settings, GROWN_POOL_FACTOR)
+        found["notes"] = {**found["notes"], "grown": grown[1], "grown_for": names}
+    variables = found["variables"]
     reasons = found["reasons"]
     keep = [i for i, reason in enumerate(reasons) if reason is None]
     untestable = [(variables[i], reasons[i], found["pools"][i]) for i in range(len(variables))
@@ -170,14 +176,25 @@ def _prepare(runs: list[LengthRun], trained: Side, exact: Side, features: list[d
                     frozenset((v.origin, v.name) for v in kept if token_function(v, runs)))
 
 
+def _searches(task: tasks.Task, runs: list[LengthRun], variables: list[HighLevel], exact: Side, settings: Settings,
+              pool_factor: int = POOL_FACTOR) -> dict[str, Any]:
+    """:func:`_search` for the variables, then for their position-resolved variables (joined)."""
+    found = _search(task, runs, variables, settings, pool_factor=pool_factor)
+    if variables and task.readout != "per_position":
+        resolved = position_variables(exact, variables, found["determined"], DETERMINED, settings.positions, runs)
+        if resolved:
+            found = _search(task, runs, resolved, settings, found, pool_factor)
+    return found
+
+
 def _search(task: tasks.Task, runs: list[LengthRun], variables: list[HighLevel], settings: Settings,
-            before: dict[str, Any] | None = None) -> dict[str, Any]:
+            before: dict[str, Any] | None = None, pool_factor: int = POOL_FACTOR) -> dict[str, Any]:
     """The pairs of ``variables`` (designed, :mod:`.designed`, or random, :mod:`.pairs`): the splits, their
     notes, each variable's source_determined share, its search (designed pairs; None for random ones) and why
     it is untestable (None: it is not). ``before``: the same for earlier variables, whose pairs (with these
     variables' counterfactuals added) are kept and joined with these variables' own designed pairs."""
     if settings.design == "designed" and variables:
-        design = design_pairs(task, runs, variables, settings.pairs, settings.seed)
+        design = design_pairs(task, runs, variables, settings.pairs, settings.seed, pool_factor)
         determined = [source_determined(task, design.sampled, i) for i in range(len(variables))]
         pools: list[dict[str, Any] | None] = [pool_summary(design, i) for i in range(len(variables))]
         reasons = [untestable_reason(v, [design.pools[k][i] for k in range(3)], runs)

@@ -12,7 +12,7 @@ import torch
 
 from exactlens import tasks
 from exactlens.analysis.diff.interventions import _patched_outputs
-from exactlens.analysis.diff.runs import LengthRun, Side, post_norm_scales, writer_site
+from exactlens.analysis.diff.runs import LengthRun, Side, normalizes_rounding, writer_site, zero_eps_norms
 from exactlens.model.labels import is_negated_copy, label_direction
 from exactlens.tasks import kinds
 
@@ -237,31 +237,19 @@ def one_hot_groups(exact: Side, feats: list[dict[str, Any]], runs: list[LengthRu
 TIED = -100  # a counterfactual class with no answer (cross-entropy's ignore_index; units() leaves it out)
 
 
-ROUNDING_UNITS = 64  # a post-LN input (eps = 0) this many rounding units of its summands' size is zero
-
-
 class NormWatch:
     """Watches, in one forward pass of an exact model, its post layer norms with eps = 0 at the readout row:
-    ``undecided`` marks the rows where one of them normalized an input that is zero to within rounding (at most
-    ROUNDING_UNITS units of its summands' size: the residual and the component output it adds). Such a norm
-    scales rounding noise to unit size, so the answer after it is decided by rounding, not by the circuit.
-    parity-ln-eta: its confidence layer (Chiang & Cholak Prop. 2) writes [s, -s, 0...] and normalizes it; where a
-    swap leaves no position with i = k, s is 0, and the answer was the sign of a residue ~1e-17 (58 of the 96
-    changed training pairs of k/n@1 at lengths 4, 6; a patch in the same direction computed another way took
-    the other sign on 6 of them)."""
+    ``undecided`` marks the rows where one of them normalized an input that is zero to within rounding
+    (:func:`~exactlens.analysis.diff.runs.normalizes_rounding`, the criterion :func:`.runs.degenerate_rows` applies
+    to every row of the runs). Such a norm scales rounding noise to unit size, so the answer after it is decided
+    by rounding, not by the circuit. parity-ln-eta: its confidence layer (Chiang & Cholak Prop. 2) writes
+    [s, -s, 0...] and normalizes it; where a swap leaves no position with i = k, s is 0, and the answer was the
+    sign of a residue ~1e-17 (58 of the 96 changed training pairs of k/n@1 at lengths 4, 6; a patch in the same
+    direction computed another way took the other sign on 6 of them)."""
 
     def __init__(self, exact: Side):
-        model = exact.model
-        self.watched: list[tuple[str, str, str]] = []  # (scale hook, residual hook, component hook)
-        for name in post_norm_scales(exact) if exact.exact else []:
-            layer, ln = name.split(".")[1], name.split(".")[2]
-            if model.blocks[int(layer)].get_submodule(ln).eps != 0:
-                continue
-            parts = ("hook_resid_pre", "hook_attn_out") if ln == "ln1" else ("hook_resid_mid", "hook_mlp_out")
-            hooks = (name, *(f"blocks.{layer}.{part}" for part in parts))
-            if all(h in model.hook_dict for h in hooks):
-                self.watched.append(hooks)  # type: ignore[arg-type]
-        self.model, self.acts, self.handles = model, {}, []
+        self.watched = zero_eps_norms(exact)  # (scale hook, residual hook, component hook)
+        self.model, self.acts, self.handles = exact.model, {}, []
 
     def __enter__(self) -> NormWatch:
         for name in dict.fromkeys(h for hooks in self.watched for h in hooks):
@@ -283,10 +271,8 @@ class NormWatch:
         for scale_name, residual, component in self.watched:
             def at(name: str) -> torch.Tensor:
                 act = self.acts[name]
-                return act[torch.arange(act.shape[0], device=act.device), index[:act.shape[0]]].double()
-            size = torch.maximum(at(residual).pow(2).mean(-1).sqrt(), at(component).pow(2).mean(-1).sqrt())
-            eps = torch.finfo(self.acts[scale_name].dtype).eps
-            here = at(scale_name).reshape(len(size)) <= ROUNDING_UNITS * eps * size
+                return act[torch.arange(act.shape[0], device=act.device), index[:act.shape[0]]]
+            here = normalizes_rounding(at(scale_name), at(residual), at(component), self.acts[scale_name].dtype)
             out = here if out is None else out | here
         return None if out is None else out.cpu()
 
@@ -297,13 +283,16 @@ def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Te
     (within 16 rounding units of its dtype): the exact model's answer there is its argmax's tie-break
     (the first class), which a copy in another basis breaks by rounding. tracr-hist: patching one
     dimension of its one-hot count hist_2:0..5 leaves two counts set, whose logits tie; its rotated
-    copy took the other class on 2 of 28 changed test pairs (hist_2:1, 0.93). ``undecided`` ([B] bool,
+    copy took the other class on 2 of 28 changed test pairs (hist_2:1, 0.93). A membership bit is TIED where
+    its logit is 0 within 16 rounding units (:func:`_membership_tied`). ``undecided`` ([B] bool,
     :class:`NormWatch`): rows whose answer a norm of rounding noise decided, TIED too (as class indices:
     a membership bit becomes 0 / 1 / TIED)."""
     task = exact.reader.task
     if undecided is not None and bool(undecided.any()) and decisions.shape[:1] == undecided.shape:
         return torch.where(undecided.reshape(-1, *([1] * (decisions.ndim - 1))), torch.full_like(
             decisions.long(), TIED), no_answer_where_tied(exact, outputs, decisions).long())
+    if task.kind == "membership":
+        return _membership_tied(exact, outputs, decisions)
     if task.kind not in ("classification", "prediction"):
         return decisions
     logits = outputs.double() if task.kind == "classification" else kinds.symbol_outputs(task, outputs).double()
@@ -313,3 +302,20 @@ def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Te
     tol = kinds.regression_tolerance(exact.model.cfg.torch_dtype, top) if exact.exact else 0.0
     return torch.where(top[..., 0] - top[..., 1] <= tol, torch.full_like(decisions, TIED), decisions)
 
+
+
+def _membership_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Tensor) -> torch.Tensor:
+    """Membership bits of an exact label's patched model as 0 / 1, TIED where the accept logit is 0 within 16
+    rounding units of the model's dtype (at the size of the batch's largest logit): the bit is then its sign's
+    rounding, which a copy in another basis draws otherwise. parity-ln (no confidence layer): swapping k/n at
+    position 1 from a word with k = 1 to one with another k leaves no position with i = k, so the logit is
+    s = 0 up to rounding: all 348 such pairs of length 6 had |logit| 1e-17 to 6e-17 (the unpatched words' smallest
+    is 0.047), and each was "changed" to reject by the residue's sign. Decisions of a decision rule other than
+    the kind's standard one are left as they are."""
+    if exact.reader.rule is not None or not exact.exact:
+        return decisions
+    margin = kinds.margin(exact.reader.task, outputs, torch.zeros(0))
+    if margin is None or margin.shape != decisions.shape:
+        return decisions
+    tol = kinds.regression_tolerance(exact.model.cfg.torch_dtype, margin)
+    return torch.where(margin.double() <= tol, torch.full_like(decisions.long(), TIED), decisions.long())
