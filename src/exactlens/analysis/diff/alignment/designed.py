@@ -47,7 +47,8 @@ SPLIT_NAMES = ("train", "validation", "test")
 @dataclass
 class Pool:
     """One split's search for one variable: candidates searched, those effective, the changed units they
-    hold, whether every candidate pair of the split's words was searched, and the changed units kept."""
+    hold, whether every ordered pair of the split's distinct words was evaluated for it, and the changed units
+    kept."""
 
     searched: int = 0
     effective: int = 0
