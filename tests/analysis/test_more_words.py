@@ -36,7 +36,8 @@ def _rare(task) -> HighLevel:
         return torch.where(rare(run.ids[s]), ~run.truth[b].bool(), run.truth[b].bool())
 
     return HighLevel("one 1 or one 0", "task", "word", counterfactual, lambda run, b: run.truth[b].bool(),
-                     values=lambda run, b: rare(run.ids[b]).double().reshape(-1, 1, 1).expand(-1, run.tokens.shape[1], 1))
+                     values=lambda run, b: rare(run.ids[b]).double().reshape(-1, 1, 1).expand(
+                         -1, run.tokens.shape[1], 1))
 
 
 def test_scarce_effective_pairs_draw_more_words_with_the_splits_still_disjoint() -> None:
