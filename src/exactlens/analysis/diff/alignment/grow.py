@@ -5,15 +5,16 @@ The diff runs both models on ``strings`` words per length (64 by default), and t
 its test split holds fewer changed pairs than asked even when every pair of its words was searched:
 dyck1-depth2's depth-2 automaton (``L2_active``: 2 changed test pairs at 64 words per length, as the
 sampler's 38 and 46 distinct words at lengths 8 and 10 leave few test words), parity-ln-eta's ``k/n@1``
-(only a source with exactly one 1 moves it: 25 changed test pairs). The language has more words of those
+(a source with exactly one 1 moves it: 25 changed test pairs). The language has more words of those
 lengths, and more words give more effective pairs.
 
 :func:`scarce` names the variables whose search fell short in some split although it found effective
 pairs (a variable with none anywhere is "untestable", and more words of the same law rarely change that);
-:func:`grow_runs` then runs both models once more on up to GROW_FACTOR times the words of each length that
-does not already hold every word of the language: every word where there are at most that many (and at most
-GROW_MEMORY_SHARE of the memory limit), else the run's words plus a new sample of the task's law. The designed
-search is then repeated on the grown runs as a whole, so the split of words into train / validation / test
+:func:`grow_runs` then runs both models once more on more words of each length that does not already hold
+every word of the language: every word where there are at most ALL_WORDS (or GROW_FACTOR times the run's distinct
+words, if more), else the run's words plus a new sample of the task's law up to GROW_FACTOR times them, in both
+cases within GROW_MEMORY_SHARE of the memory limit. The designed search is then repeated on the grown runs as a
+whole (up to GROWN_POOL_FACTOR candidates per wanted unit), so the split of words into train / validation / test
 (:func:`.pairs.split_words`) stays one split, disjoint as before. What the grown runs still lack, the search
 reports as before ("available"); nothing ineffective is added.
 """
