@@ -99,7 +99,7 @@ def decide(task: TaskLike, outputs: torch.Tensor, n_positions: torch.Tensor) -> 
     one per symbol position) or values."""
     kind = task.kind
     if kind == "membership":
-        logit = _membership_logit(task, outputs)
+        logit = membership_logit(task, outputs)
         return logit > 0
     if kind == "classification":
         _check_classes(task, outputs, 2)
@@ -120,7 +120,7 @@ def margin(task: TaskLike, outputs: torch.Tensor, n_positions: torch.Tensor,
     if kind == "regression":
         return None
     if kind == "membership":
-        return _membership_logit(task, outputs).abs()
+        return membership_logit(task, outputs).abs()
     if kind == "classification":
         return _top_gap(outputs)
     per_position = symbol_outputs(task, outputs)
@@ -136,7 +136,7 @@ def _top_gap(logits: torch.Tensor) -> torch.Tensor:
     return top[..., 0] - top[..., 1]
 
 
-def _membership_logit(task: TaskLike, outputs: torch.Tensor) -> torch.Tensor:
+def membership_logit(task: TaskLike, outputs: torch.Tensor) -> torch.Tensor:
     """A membership model's evidence for "accept": its logit, or logit(1) - logit(0) of two classes."""
     if outputs.ndim == 2 and outputs.shape[1] == 1:
         outputs = outputs[:, 0]
@@ -178,7 +178,7 @@ def loss(task: TaskLike, outputs: torch.Tensor, targets: torch.Tensor, n_positio
     mean over the word's target positions) or the mean squared error (regression)."""
     kind = task.kind
     if kind == "membership":
-        logit = _membership_logit(task, outputs)
+        logit = membership_logit(task, outputs)
         return F.binary_cross_entropy_with_logits(logit, targets.to(logit.dtype), reduction="none")
     if kind == "classification":
         _check_classes(task, outputs, 2)

@@ -294,8 +294,9 @@ class NormWatch:
 def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Tensor,
                          undecided: torch.Tensor | None = None) -> torch.Tensor:
     """Argmax decisions of an exact label's patched model, TIED where its two largest logits are equal
-    (within 16 rounding units of its dtype): the exact model's answer there is its argmax's tie-break
-    (the first class), which a copy in another basis breaks by rounding. tracr-hist: patching one
+    (within 16 rounding units of its dtype; a membership bit where its logit is 0 to within as much): the
+    exact model's answer there is its argmax's tie-break (the first class, or "reject"), which a copy in
+    another basis breaks by rounding. tracr-hist: patching one
     dimension of its one-hot count hist_2:0..5 leaves two counts set, whose logits tie; its rotated
     copy took the other class on 2 of 28 changed test pairs (hist_2:1, 0.93). ``undecided`` ([B] bool,
     :class:`NormWatch`): rows whose answer a norm of rounding noise decided, TIED too (as class indices:
@@ -304,6 +305,15 @@ def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Te
     if undecided is not None and bool(undecided.any()) and decisions.shape[:1] == undecided.shape:
         return torch.where(undecided.reshape(-1, *([1] * (decisions.ndim - 1))), torch.full_like(
             decisions.long(), TIED), no_answer_where_tied(exact, outputs, decisions).long())
+    if task.kind == "membership" and exact.exact and decisions.dtype == torch.bool:
+        # the sign of a logit that is zero to within rounding: parity's s = 0 where a swap leaves no position
+        # with i = k; the plain model's exact 0 rejects, a rotated copy's residue (~1e-17) decides either way
+        logit = kinds.membership_logit(task, outputs).double()
+        if logit.shape != decisions.shape:
+            return decisions
+        tied = logit.abs() <= kinds.regression_tolerance(exact.model.cfg.torch_dtype, logit)
+        return torch.where(tied, torch.full_like(decisions, TIED, dtype=torch.long), decisions.long()) \
+            if bool(tied.any()) else decisions
     if task.kind not in ("classification", "prediction"):
         return decisions
     logits = outputs.double() if task.kind == "classification" else kinds.symbol_outputs(task, outputs).double()
