@@ -176,3 +176,25 @@ def test_a_swap_that_leaves_the_answer_to_rounding_has_no_counterfactual() -> No
     site = {f["label"]: f["exact_site"] for f in features}
     assert "no attention layer after" in unread_after(side, site["s"], 1)
     assert unread_after(side, site["k/n"], 1) is None and resolved.unread is None
+
+
+def test_a_membership_logit_zero_to_within_rounding_has_no_counterfactual() -> None:
+    """parity (no layer norm) has no eps = 0 norm at the readout, but the same k = 1 swap of k/n at position 1
+    leaves s = 0: the exact model's logit is exactly 0, and its decision "reject" only the tie-break of
+    logit > 0. The self-diff's rotated copy, patched in the same direction, gets a residue of rounding instead,
+    which decides either way: its k/n@1 was "unconverged" (0.97 on 68 changed test pairs, below 0.99 on its
+    training pairs) and I[i=k]/n@1 too (0.94), before such pairs had no counterfactual (TIED)."""
+    task, side, runs, features = _exact("parity", [4, 6])
+    variables, _ = exact_variables(side, features, runs)
+    (resolved,) = position_variables(side, [v for v in variables if v.name == "k/n"], [1.0], 0.99, 1, runs)
+    run = runs[1]
+    ones = run.ids.sum(1)
+    base, source = torch.nonzero(ones == 1).flatten(), torch.nonzero(ones >= 2).flatten()
+    pairs = torch.cartesian_prod(base[:8], source[:8])
+    cf = resolved.counterfactual(run, pairs[:, 0], pairs[:, 1])
+    assert len(pairs) >= 32 and bool((cf == TIED).all()), cf
+    # a swap that keeps a position with i = k has an answer: bases with k = 2, sources with k >= 3
+    two, more = torch.nonzero(ones == 2).flatten()[:8], torch.nonzero(ones >= 3).flatten()[:8]
+    pairs = torch.cartesian_prod(two, more)
+    decided = resolved.counterfactual(run, pairs[:, 0], pairs[:, 1])
+    assert len(pairs) >= 16 and bool((decided != TIED).all()), decided
