@@ -51,6 +51,37 @@ def test_passes_from_each_sites_layer_give_the_same_alignment(monkeypatch: pytes
     assert own["summary"]["verdicts"] == earliest["summary"]["verdicts"]
 
 
+def test_a_layers_output_is_patched_at_the_next_layers_input() -> None:
+    """A patch at layer L's hook_resid_post runs from layer L + 1 (its hook_resid_pre, the same tensor) and gives
+    the outputs of the same patch applied at hook_resid_post in a forward pass from the embedding; the last
+    layer's output stays where it is."""
+    model = build("first-ln-eta", dtype="float64")
+    task = tasks.of_model(model)
+    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
+    run = run_both(task, [4], 16, 0, side, side)[0]
+    assert patch.hook_point(side, "blocks.2.hook_resid_post") == "blocks.2.hook_resid_post"
+    base, source = torch.arange(0, 8), torch.arange(8, 16)
+    q, _ = torch.linalg.qr(torch.randn(model.cfg.d_model, 2, generator=torch.Generator().manual_seed(0),
+                                       dtype=torch.float64))
+    n_pos = run.n_positions[base]
+    unpatched = model.select_readout(model(run.tokens[base]), n_pos).double()
+    for layer in (0, 1):
+        site = f"blocks.{layer}.hook_resid_post"
+        patcher = patch.Patcher(side, site)
+        assert patcher.start == layer + 1 and patch.hook_point(side, site) == f"blocks.{layer + 1}.hook_resid_pre"
+        mask = patch.patch_masks(side, run, [patch.Fit(0, 2, "all")])
+        src = patcher.prepare(run, source)["site"]
+        for projector in (q @ q.T, torch.eye(model.cfg.d_model, dtype=torch.float64)):  # a subspace; everything
+            got = patcher.outputs(patcher.prepare(run, base), src, projector[None], mask, n_pos)
+
+            def swap(act, hook, src=src, projector=projector):  # noqa: ANN001, ANN202
+                return act + (src - act) @ projector
+
+            want = model.select_readout(model.run_with_hooks(run.tokens[base], fwd_hooks=[(site, swap)]), n_pos)
+            assert torch.allclose(got, want.double(), atol=1e-12), (site, (got - want).abs().max())
+        assert not torch.allclose(got, unpatched)  # swapping the whole stream moves the answers (first symbols differ)
+
+
 def test_task_values_are_computed_once_per_run_and_words() -> None:
     """The remembered values equal a fresh computation, for each run and set of words, and the computation runs
     once per (run, words)."""
@@ -72,3 +103,34 @@ def test_task_values_are_computed_once_per_run_and_words() -> None:
     variable = task_variables(task)[0]
     b = torch.arange(len(runs[0].ids))
     assert variable.values(runs[0], b) is variable.values(runs[0], b)  # task variables are remembered
+
+
+def test_tracr_counterfactuals_are_evaluated_once_per_word_and_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tracr task's SOp values and its outputs with an SOp set are kept per word (and setting): asked again,
+    they equal a fresh task's, without evaluating the program again."""
+    pytest.importorskip("tracr")
+    from exactlens.interop.tracr import task as tracr_task
+
+    evaluations: list[int] = []
+    evaluation = tracr_task.Evaluation
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        evaluations.append(1)
+        return evaluation(*args, **kwargs)
+
+    monkeypatch.setattr(tracr_task, "Evaluation", counted)
+    task = tasks.get("tracr-sort")
+    ids = task.all_words(3)
+    gen = torch.Generator().manual_seed(0)
+    base, source = (ids[torch.randint(len(ids), (40,), generator=gen)] for _ in range(2))
+    variables = [v for v in task.variables() if v.interventional]
+    first = [v.counterfactual(base, source) for v in variables]
+    n = len(evaluations)
+    again = [v.counterfactual(base, source) for v in variables]
+    assert len(evaluations) == n and n > 0  # every value and output was kept
+    fresh = tasks.get("tracr-sort")
+    assert fresh is not task
+    fresh_cf = [v.counterfactual(base, source) for v in fresh.variables() if v.interventional]
+    for a, b, c in zip(first, again, fresh_cf, strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    assert len(evaluations) > n  # the fresh task evaluated the program itself
