@@ -7,7 +7,8 @@ the same diff without the alignment part, so the ratio is what DAS costs on top 
 The full diff runs twice, with counterfactual pairs designed from the exact circuit (the default) and
 with random pairs (``pairs="random"``, the old draw), and each variable's changed test pairs and
 interval are printed side by side (issue 41: designed pairs should need no more time for a narrower
-interval). Rounds rotate which runs first; the table gives the median and the fastest round.
+interval). Rounds rotate which runs first; the table gives the median and the fastest round, and the median CPU
+seconds of the process (on a shared machine the wall seconds grow with the load, the CPU seconds much less).
 
 Usage: PYTHONPATH=src python benchmarks/bench_das.py [--max-length 32] [--strings 256] [--rounds 2]
        [--das-steps 80] [--threads 2] [--quick] [--results PATH]
@@ -50,14 +51,16 @@ def main() -> None:
     lengths = list(range(1, args.max_length + 1))
     without = tuple(p for p in PARTS if p != "alignment")
     times: dict[str, list[float]] = {"full": [], "full, random pairs": [], "without DAS": []}
+    cpu: dict[str, list[float]] = {name: [] for name in times}  # CPU seconds beside wall: the machine is shared
     results: dict[str, dict] = {}
     order = [("full", PARTS, "designed"), ("full, random pairs", PARTS, "random"), ("without DAS", without, "designed")]
     for round_ in range(args.rounds):
         for name, parts, pairs in order[round_ % 3:] + order[:round_ % 3]:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             out = diff(model, "first", lengths=lengths, strings=args.strings, parts=parts, das_steps=args.das_steps,
                        pairs=pairs)
             times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
             results[name] = out
     result = results["full"]
     rows = result["alignment"]
@@ -65,10 +68,10 @@ def main() -> None:
     print(f"FIRST, lengths 1..{args.max_length}, {args.strings} words per length; DAS: "
           f"{n_variables} variables x {n_sites} sites = {len(rows)} rows, "
           f"{args.das_steps} steps, dims 1..3, untrained baseline on")
-    print("| diff | median s | fastest s |")
-    print("|---|---|---|")
+    print("| diff | median s | fastest s | median CPU s |")
+    print("|---|---|---|---|")
     for name, values in times.items():
-        print(f"| {name} | {statistics.median(values):.1f} | {min(values):.1f} |")
+        print(f"| {name} | {statistics.median(values):.1f} | {min(values):.1f} | {statistics.median(cpu[name]):.1f} |")
     full, base = statistics.median(times["full"]), statistics.median(times["without DAS"])
     print(f"DAS costs {full / base:.2f}x the rest of the diff; full diff {full:.1f} s "
           f"({'under' if full < GOAL_S else 'OVER'} the {GOAL_S:.0f} s goal)")
@@ -76,6 +79,7 @@ def main() -> None:
     goals.add(f"full diff with DAS, FIRST, lengths 1..{args.max_length}, {args.strings} words per length", full, "s",
               f"< {GOAL_S:.0f}")
     goals.add("DAS's cost: full diff / diff without DAS", full / base, "x")
+    goals.add("full diff, CPU seconds", statistics.median(cpu["full"]), "s")
     summary = result["summary"]
     print(f"summary: mean DAS IIA (changed) {summary['mean_das_iia_changed']}, random "
           f"{summary['mean_random_iia_changed']}, untrained {summary['mean_untrained_iia_changed']}")

@@ -68,6 +68,10 @@ class TracrTask(Task):
         self._value_of = dict(zip(self.alphabet, self.values, strict=True))
         self._graph_cache: Any = None
         self._targets_cache: dict[tuple[int, ...], list[Any]] = {}
+        # a designed-pair search evaluates the same word with the same SOp set, and the same SOp on the same
+        # word, again and again (the program in Python each time): both kept, as the targets are
+        self._override_cache: dict[tuple[Any, ...], list[Any]] = {}
+        self._sop_cache: dict[tuple[Any, ...], list[Any]] = {}
 
     @property
     def params(self) -> dict[str, Any]:
@@ -179,10 +183,15 @@ class TracrTask(Task):
             return self._targets_cache[row]
         if not self.in_domain(values):
             raise ExactLensError(f"{self.name}: the word {values} is outside the program's domain ({self.domain_doc})")
+        key = None if not overrides else (row, *((label, *((type(v).__name__, v) for v in given))
+                                                  for label, given in sorted(overrides.items())))
+        if key is not None and key in self._override_cache:
+            return self._override_cache[key]
         where = repr(values) + (f" with {sorted(overrides)} set" if overrides else "")
         encoded = self._encode_outputs(Evaluation(values, overrides)(self.program), where, bool(overrides))
-        if overrides is None and len(self._targets_cache) < TARGET_CACHE_LIMIT:
-            self._targets_cache[row] = encoded
+        cache, at = (self._targets_cache, row) if key is None else (self._override_cache, key)
+        if (overrides is None or key is not None) and len(cache) < TARGET_CACHE_LIMIT:
+            cache[at] = encoded
         return encoded
 
     def _as_tensor(self, rows: list[list[Any]], length: int) -> torch.Tensor:
@@ -225,7 +234,12 @@ class TracrTask(Task):
         rows = []
         for row in ids:
             word = [self.values[int(i)] for i in row]
-            evaluated = Evaluation(word)(sop)
+            key = (tuple(int(i) for i in row), sop.label)
+            evaluated = self._sop_cache.get(key)
+            if evaluated is None:
+                evaluated = list(Evaluation(word)(sop))
+                if len(self._sop_cache) < TARGET_CACHE_LIMIT:
+                    self._sop_cache[key] = evaluated
             if index is None:
                 rows.append([math.nan if v is None else float(v) for v in evaluated])
                 continue

@@ -181,7 +181,6 @@ def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: lis
     stacked along one batch, each patched at its job's site; per job id its fitted projectors and
     their starts' projectors."""
     patchers = [Patcher(side, job.site) for job in jobs]
-    first = min(range(len(jobs)), key=lambda j: patchers[j].start)  # the group's forward starts at its layer
     cand_fits = [job.fits[f] for job, cands in zip(jobs, candidates, strict=True) for f, _, _ in cands]
     rows_of = [j for j, cands in enumerate(candidates) for _ in cands]
     dims = torch.tensor([f.dim for f in cand_fits])
@@ -194,24 +193,27 @@ def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: lis
     for p in frozen:
         p.requires_grad_(False)
     usable = [p for p in train if len(p.base)]
+    # each pass's copies start at their own sites' layer (LAYER_PASSES), on that layer's cached input
+    layers = [patchers[j].start if LAYER_PASSES else min(p.start for p in patchers) for j in rows_of]
+    masks_of: dict[int, torch.Tensor] = {}  # per pair set: where each candidate patches
     try:
         with torch.enable_grad():
             for step in range(steps):
                 pset = usable[step % len(usable)]
                 pick = torch.randperm(len(pset.base), generator=generator)[: settings.batch]
-                base = site_acts(patchers[first], pset, caches[jobs[first].site])[0]
-                sources = {job.site: site_acts(p, pset, caches[job.site])[1][pick]
-                           for p, job in zip(patchers, jobs, strict=True)}
+                acts = [site_acts(p, pset, caches[job.site]) for p, job in zip(patchers, jobs, strict=True)]
+                sources = {job.site: a[1][pick] for job, a in zip(jobs, acts, strict=True)}
                 n_pos = pset.run.n_positions[pset.base[pick]]
-                masks = patch_masks(side, pset.run, cand_fits)
+                if id(pset) not in masks_of:
+                    masks_of[id(pset)] = patch_masks(side, pset.run, cand_fits)
+                masks = masks_of[id(pset)]
                 optimizer.zero_grad()
                 # the candidates in passes that fit in memory, each pass's loss backpropagated alone (the
                 # candidates' weights are disjoint rows, so the summed gradient is the whole batch's)
-                step_size = copies_per_pass(side, len(pick), masks.shape[1])
-                for lo in range(0, len(cand_fits), step_size):
-                    hi = min(lo + step_size, len(cand_fits))
-                    outputs = patchers[first].outputs(
-                        {"input": base["input"][pick]}, sources, span_projectors(weights[lo:hi], dims[lo:hi]),
+                for lo, hi in layer_passes(layers, copies_per_pass(side, len(pick), masks.shape[1])):
+                    j = rows_of[lo] if LAYER_PASSES else min(range(len(jobs)), key=lambda n: patchers[n].start)
+                    outputs = patchers[j].outputs(
+                        {"input": acts[j][0]["input"][pick]}, sources, span_projectors(weights[lo:hi], dims[lo:hi]),
                         masks[lo:hi], n_pos, [jobs[j].site for j in rows_of[lo:hi]])
                     targets = torch.cat([pset.cf[f.variable][pick] for f in cand_fits[lo:hi]])
                     n_all = n_pos.repeat(hi - lo)
@@ -227,6 +229,25 @@ def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: lis
     for j, cands in zip(ids, candidates, strict=True):
         out[j] = (fitted[at:at + len(cands)], initial[at:at + len(cands)])
         at += len(cands)
+    return out
+
+
+LAYER_PASSES = True  # False: every pass runs from the batch's earliest layer (the same fits, more work)
+
+
+def layer_passes(layers: list[int], size: int) -> list[tuple[int, int]]:
+    """Slices [lo, hi) of the stacked candidates (``layers``: the layer each one's forward starts at) run as one
+    pass each: at most ``size`` candidates (:func:`.patch.copies_per_pass`), all starting at one layer. A copy
+    patched at layer L is its base word up to L, so its pass starts there, on the cached input of layer L,
+    instead of repeating (and backpropagating through) the layers before L: in an 8-layer program the
+    later sites' copies then skip most of the model."""
+    out, lo = [], 0
+    while lo < len(layers):
+        hi = lo + 1
+        while hi < len(layers) and hi - lo < size and layers[hi] == layers[lo]:
+            hi += 1
+        out.append((lo, hi))
+        lo = hi
     return out
 
 

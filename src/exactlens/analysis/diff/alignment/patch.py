@@ -33,6 +33,16 @@ def layer_of(site: str) -> int:
     return int(site.split(".")[1])
 
 
+def hook_point(side: Side, site: str) -> str:
+    """Where an ExactTransformer's patch at ``site`` is applied: layer L's ``hook_resid_post`` is layer L + 1's
+    ``hook_resid_pre`` (the same tensor, nothing between them), so its patched copies skip layer L and start at
+    L + 1 (not in the last layer, whose output is the unembedding's input); every other site at itself."""
+    if not site.endswith("hook_resid_post") or not isinstance(side.model, ExactTransformer):
+        return site
+    after = layer_of(site) + 1
+    return f"blocks.{after}.hook_resid_pre" if after < side.n_layers else site
+
+
 class Patcher:
     """Runs a model with rows patched at one site: each row r gets h + m_r ((h_src,r - h) P_r), P_r a
     projector and m_r a 0/1 mask over positions."""
@@ -42,10 +52,12 @@ class Patcher:
         self.site = site
         self.model = side.model
         self.start = layer_of(site) if isinstance(self.model, ExactTransformer) else 0
+        if hook_point(side, site) != site:  # a layer's output is the next layer's input: the copies start there
+            self.start += 1
         self.dtype = next(self.model.parameters()).dtype
 
     def prepare(self, run: LengthRun, index: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Activations of words ``index`` of a run: the site's, and the input of the site's layer."""
+        """Activations of words ``index`` of a run: the site's, and the input of the layer its copies start at."""
         names = {self.site}
         pre = f"blocks.{self.start}.hook_resid_pre"
         if self.start > 0:
@@ -111,7 +123,8 @@ class Patcher:
         # context resets every hook point on exit, a tenth of a fit's time). The last layer runs at the
         # readout position only, unless a site is inside that layer (its activations there would
         # cover the readout row only).
-        handles = [self.model.hook_dict[site].register_forward_hook(lambda module, args, out, fn=fn: fn(out))
+        handles = [self.model.hook_dict[hook_point(self.side, site)].register_forward_hook(
+                       lambda module, args, out, fn=fn: fn(out))
                    for site, fn in hooks]
         try:
             fast = self.model.cfg.readout != "per_position" and not any(
