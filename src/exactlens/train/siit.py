@@ -11,12 +11,14 @@ exactlens.train.siit_map's. Each training step adds, through the preset's ``pena
 training loop (exactlens.train.loop), on a batch of (base, source) pairs of words of one length:
 
 * IIT loss (weight ``siit_iit_weight``): the step's pairs are spread over the mapped variables
-  (``siit_iit_variables`` of them drawn per step; 0, the default: all), each pair swapping its own: the
+  (``siit_iit_variables`` of them drawn per step, default 1; 0: all), each pair swapping its own: the
   trained model runs on the base with that variable's subspace at its hook replaced by the source's
   activations there (one forward pass for all of them, each hook patched on its variables' rows), and is
   trained (the task kind's loss) to give the exact model's counterfactual answer (``HighLevel.
   counterfactual``: the exact model with the variable's residual coordinates swapped). One variable per
-  step (``siit_iit_variables=1``) trains majority's 21 variables about 29 steps each in 600;
+  step trains majority's 21 variables about 29 steps each in 600; all of them per step trained FIRST's seed 0
+  with its last FFN carrying the answer (resampling it moved 57 % of the decisions; seed 1 and one variable
+  per step: 0 %), so the default stays one;
 * strictness loss (weight ``siit_strict_weight``): every unmapped component output (a whole
   ``hook_attn_out``/``hook_mlp_out``, or the part of a mapped one outside its variables' subspaces and
   positions) is resample-ablated with probability 1/2 (at least one per step) and the output is trained
