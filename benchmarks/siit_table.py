@@ -45,7 +45,7 @@ CASES: dict[str, dict[str, Any]] = {
                      siit_iit_variables=0),
     "tracr-hist": dict(TRACR, epochs=300),
     "tracr-count_token": dict(TRACR, epochs=300),
-    "tracr-reverse": dict(TRACR, epochs=300, siit_iit_variables=0),
+    "tracr-reverse": dict(TRACR, epochs=300),
     "sm-solution1": dict(optimizer="adam", epochs=1000, strings_per_epoch=128, batch_size=128, lr=3e-3,
                          lr_schedule="constant", eval_every=0, test_strings=200, train_length=(2, 8),
                          test_length=(2, 8)),
