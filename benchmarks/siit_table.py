@@ -41,7 +41,8 @@ CASES: dict[str, dict[str, Any]] = {
     "dyck1": dict(SHORT, epochs=2000, train_length=(1, 8), test_length=(1, 8)),
     "induction-recent": dict(SHORT, epochs=2000, train_length=(1, 8), test_length=(1, 8)),
     "majority": dict(strings_per_epoch=128, batch_size=128, test_strings=200, eval_every=0, lr=1e-2,
-                     lr_schedule="constant", epochs=600, train_length=(1, 12), test_length=(1, 12), d_model=32),
+                     lr_schedule="constant", epochs=600, train_length=(1, 12), test_length=(1, 12), d_model=32,
+                     siit_iit_variables=0),
     "tracr-hist": dict(TRACR, epochs=300),
     "tracr-count_token": dict(TRACR, epochs=300),
     "tracr-reverse": dict(TRACR, epochs=300),
@@ -69,57 +70,69 @@ def measured_row(measured: dict[str, Any]) -> dict[str, Any]:
             "max_output_change": measured.get("max_resample_output_change")}
 
 
-def diff_row(checkpoint: Path, against: str, mapping: dict[str, Any], lengths: list[int]) -> dict[str, Any]:
+DIFF_DEFAULTS = dict(parts=("alignment",), untrained_baseline=False)
+"""``--diff-defaults``: the diff's default words per length and DAS steps (alignment only)."""
+
+
+def diff_row(checkpoint: Path, against: str, mapping: dict[str, Any], lengths: list[int],
+             settings: dict[str, Any] = DIFF) -> dict[str, Any]:
     """Each mapped variable's diff verdict, site and whether it is at its mapped site."""
     from exactlens import diff
     from exactlens.analysis.diff.siit_sites import sites_of
 
     start = time.perf_counter()
-    verdicts = diff(str(checkpoint), against, lengths=lengths, **DIFF)["summary"]["verdicts"]
+    verdicts = diff(str(checkpoint), against, lengths=lengths, **settings)["summary"]["verdicts"]
     rows = {}
     for name, site in mapping.items():
         line = verdicts.get(name, {})
         found = line.get("site")
         rows[name] = {"verdict": line.get("verdict"), "site": found, "mapped_site": site["hook"],
+                      "iia": line.get("iia"), "interval": line.get("iia_ci"), "reason": line.get("untestable_reason"),
                       "at_mapped_site": None if found is None else found in sites_of(site["hook"])}
-    return {"verdicts": rows, "seconds": round(time.perf_counter() - start, 1)}
+    return {"verdicts": rows, "seconds": round(time.perf_counter() - start, 1),
+            "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}}
 
 
-def run_case(name: str, settings: dict[str, Any], out: Path, threads: int, with_diff: bool) -> dict[str, Any]:
+def run_case(name: str, settings: dict[str, Any], out: Path, threads: int, with_diff: bool, plain_too: bool = True,
+             diff_settings: dict[str, Any] = DIFF) -> dict[str, Any]:
     from exactlens.train import get_preset, train
     from exactlens.train.siit import measure, siit_loss_of
 
     row: dict[str, Any] = {"case": name, "settings": {k: list(v) if isinstance(v, tuple) else v
                                                       for k, v in settings.items()}, "load_start": load()}
     options = dict(settings, threads=threads, seed=0, overwrite=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     siit = train(name, siit=True, out=out / name / "siit", **options)
     row["siit_seconds"] = round(time.perf_counter() - start, 1)
+    row["siit_cpu_seconds"] = round(time.process_time() - cpu, 1)
     start = time.perf_counter()
-    plain = train(name, out=out / name / "plain", **options)
-    row["plain_seconds"] = round(time.perf_counter() - start, 1)
+    plain = train(name, out=out / name / "plain", **options) if plain_too else None
+    row["plain_seconds"] = round(time.perf_counter() - start, 1) if plain_too else None
     record = siit.info["siit"]
     row["mapping"] = {v: s["hook"] for v, s in record["mapping"].items()}
     row["in_circuit_unmapped"] = record["in_circuit_unmapped"]
     row["siit"] = {**measured_row(record["measured"]), "test_accuracy": siit.final.get("test_accuracy"),
                    "test_r2": siit.final.get("test_r2"), "word_disjoint": record["measured"]["word_disjoint"]}
-    loss = siit_loss_of(get_preset(name).spec(dict(settings, siit=True)))
-    row["plain"] = {**measured_row(measure(loss, plain.model)), "test_accuracy": plain.final.get("test_accuracy"),
-                    "test_r2": plain.final.get("test_r2")}
+    row["plain"] = {}
+    if plain is not None:
+        loss = siit_loss_of(get_preset(name).spec(dict(settings, siit=True)))
+        row["plain"] = {**measured_row(measure(loss, plain.model)), "test_accuracy": plain.final.get("test_accuracy"),
+                        "test_r2": plain.final.get("test_r2")}
     row["load_end"] = load()
     if with_diff:
-        add_diffs(row, out, ("siit", "plain"))
+        add_diffs(row, out, ("siit", "plain") if plain is not None else ("siit",), diff_settings)
     return row
 
 
-def add_diffs(row: dict[str, Any], out: Path, sides: tuple[str, ...]) -> dict[str, Any]:
+def add_diffs(row: dict[str, Any], out: Path, sides: tuple[str, ...], settings: dict[str, Any] = DIFF
+              ) -> dict[str, Any]:
     """The diff's verdicts of a case's checkpoints (``sides``), each against the SIIT run's mapping."""
     name = row["case"]
     record = json.loads((out / name / "siit" / "run.json").read_text())["siit"]
     lo, hi = CASES[name]["train_length"]
     row["diff_lengths"] = lengths = list(range(max(lo, hi - 1), hi + 1))
     for side in sides:
-        row[side]["diff"] = diff_row(out / name / side, record["construction"], record["mapping"], lengths)
+        row[side]["diff"] = diff_row(out / name / side, record["construction"], record["mapping"], lengths, settings)
         row[side]["diff"]["load"] = load()
     return row
 
@@ -148,6 +161,10 @@ def _test(side: dict[str, Any]) -> str:
     return "-" if side.get("test_r2") is None else f"R² {side['test_r2']:.3f}"
 
 
+def _seconds(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| case | epochs | interchange acc. SIIT (changed pairs) | plain | max resample decision change SIIT "
             "| plain | max output change SIIT | plain | test acc. (R²) SIIT / plain | diff: computed at mapped site "
@@ -155,6 +172,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         s, p = r["siit"], r["plain"]
+
+        p = {"iia": {}, "iia_changed": {}, "max_decision_change": None, "max_output_change": None, **p}
 
         def f(x: float | None) -> str:
             return "-" if x is None else f"{x:.3f}"
@@ -164,7 +183,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{_range(p['iia'])} ({_range(p['iia_changed'])}) | {f(s['max_decision_change'])} | "
             f"{f(p['max_decision_change'])} | {f(s['max_output_change'])} | {f(p['max_output_change'])} | "
             f"{_test(s)} / {_test(p)} | {_at_sites(s)} / {_at_sites(p)} | "
-            f"{r['siit_seconds']:.0f} / {r['plain_seconds']:.0f} | {r['load_start'][0]:.1f}-{r['load_end'][0]:.1f} |")
+            f"{r['siit_seconds']:.0f} / {_seconds(r['plain_seconds'])} | "
+            f"{r['load_start'][0]:.1f}-{r['load_end'][0]:.1f} |")
     return "\n".join(lines)
 
 
@@ -176,6 +196,11 @@ def main() -> None:
     parser.add_argument("--diff", action="store_true", help="also diff each checkpoint (alignment part)")
     parser.add_argument("--diff-only", default=None, metavar="SIDES",
                         help="diff the checkpoints of cases already trained, e.g. 'siit' or 'siit,plain'")
+    parser.add_argument("--diff-defaults", action="store_true", help="diff at the diff's default words and DAS "
+                        "steps (alignment only) instead of DIFF's small settings")
+    parser.add_argument("--no-plain", action="store_true", help="train the SIIT model only (no contrast)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a training setting of every case (a JSON value), e.g. --set epochs=4000")
     parser.add_argument("--table", action="store_true", help="print the table of the cases in --out, no training")
     args = parser.parse_args()
     out = Path(args.out)
@@ -183,16 +208,25 @@ def main() -> None:
     unknown = [c for c in names if c not in CASES]
     if unknown:
         parser.error(f"unknown case {unknown[0]!r}; the cases: {', '.join(CASES)}")
+    overrides = {}
+    diff_settings = DIFF_DEFAULTS if args.diff_defaults else DIFF
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set takes KEY=VALUE, got {item!r}")
+        got = json.loads(value)
+        overrides[key] = tuple(got) if isinstance(got, list) else got
     if args.diff_only:
         for name in names:
             row = json.loads((out / f"{name}.json").read_text())
-            add_diffs(row, out, tuple(args.diff_only.split(",")))
+            add_diffs(row, out, tuple(args.diff_only.split(",")), diff_settings)
             write_text(out / f"{name}.json", dumps(row, indent=1) + "\n", overwrite=True, what="SIIT case")
             print(table([row]), flush=True)
     elif not args.table:
         for name in names:
             print(f"{name}: training (load {load()})", flush=True)
-            row = run_case(name, CASES[name], out, args.threads, args.diff)
+            row = run_case(name, {**CASES[name], **overrides}, out, args.threads, args.diff, not args.no_plain,
+                           diff_settings)
             write_text(out / f"{name}.json", dumps(row, indent=1) + "\n", overwrite=True, what="SIIT case")
             print(table([row]), flush=True)
     rows = [json.loads((out / f"{n}.json").read_text()) for n in CASES if (out / f"{n}.json").is_file()]

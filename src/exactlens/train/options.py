@@ -132,6 +132,9 @@ class TrainOptions:
                                     "weight 1)")
     siit_strict_weight: float = option(1.0, kind=Float(0), help="with --siit: weight of the strictness loss "
                                        "(resampled unmapped components must keep the base answer)")
+    siit_iit_variables: int = option(1, kind=Int(0), help="with --siit: how many mapped variables the IIT loss "
+                                     "swaps per step, each on its share of the step's pairs (0: all of them; "
+                                     "docs/siit.md)")
     siit_pairs: int = option(64, kind=Int(1), help="with --siit: (base, source) pairs per step for each SIIT loss")
     scaled: bool = _declared(False, kind=Bool(), help="attention scores times log n in every layer (the "
                              "length-dependent scaling of Chiang & Cholak eq. 2)")

@@ -1,0 +1,98 @@
+"""SIIT's IIT step on several variables at once (exactlens.train.siit: assign_variables, iit_masks), and a one-hot
+group mapped as one variable (tracr-reverse's output, whose compiled softmax leaks ~1e-6 to the other members)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from exactlens.train.siit import assign_variables, iit_masks
+
+
+def test_assign_variables_spreads_the_pairs_over_the_drawn_variables():
+    rng = np.random.default_rng(0)
+    every = assign_variables(rng, 21, 64, 0)
+    counts = np.bincount(every.numpy(), minlength=21)
+    assert counts.min() >= 3 and counts.max() <= 4 and counts.sum() == 64  # all 21, evenly (64 = 21 * 3 + 1)
+    three = assign_variables(rng, 21, 64, 3)
+    assert len(set(three.tolist())) == 3 and np.bincount(three.numpy()).max() <= 22
+    assert len(set(assign_variables(rng, 21, 64, 1).tolist())) == 1  # the former behaviour: one per step
+    few = assign_variables(rng, 21, 5, 0)
+    assert len(set(few.tolist())) == 5  # fewer pairs than variables: each pair its own
+
+
+def test_iit_masks_swap_each_rows_own_variable_at_its_hook():
+    variables = [SimpleNamespace(name=n) for n in ("a", "b", "c")]
+    mapping = {"a": {"hook": "blocks.0.hook_mlp_out", "positions": "all", "dims": [0, 1]},
+               "b": {"hook": "blocks.1.hook_attn_out", "positions": "all", "dims": [2]},
+               "c": {"hook": "blocks.0.hook_mlp_out", "positions": "all", "dims": [3]}}
+    circuit = SimpleNamespace(variables=variables, mapping=mapping)
+    assign = torch.tensor([0, 1, 2, 0, 2])
+    masks = iit_masks(circuit, None, assign, torch.full((5,), 3), 3, 6)
+    assert set(masks) == {"blocks.0.hook_mlp_out", "blocks.1.hook_attn_out"}
+    mlp, attn = masks["blocks.0.hook_mlp_out"], masks["blocks.1.hook_attn_out"]
+    assert mlp[0].all(0).tolist() == [True, True, False, False, False, False]  # row 0: a's dims, every position
+    assert mlp[2].all(0).tolist() == [False, False, False, True, False, False]  # row 2: c's
+    assert not mlp[1].any() and attn[1].all(0).tolist() == [False, False, True, False, False, False]
+    assert not attn[[0, 2, 3, 4]].any()
+
+
+@pytest.fixture(scope="module")
+def first_loss():
+    from exactlens.train.presets import get_preset
+    from exactlens.train.siit import siit_loss_of
+
+    spec = get_preset("first").spec({"siit": True, "train_length": (1, 8), "test_length": (1, 8)})
+    return siit_loss_of(spec)
+
+
+def test_one_forward_of_several_variables_is_each_rows_own_swap(first_loss):
+    """The combined pass (each row patched at its own variable's hook only) gives, row by row, what a pass that
+    swaps that one variable on every row gives: several variables train in one forward pass."""
+    from exactlens.train.siit import _batch, _resample, site_mask
+
+    circuit = first_loss.circuit
+    torch.manual_seed(0)
+    model = first_loss.forward.model
+    params = {name: torch.randn_like(p)[None] for name, p in model.named_parameters()}
+    pairs = circuit.train_pairs[-1]
+    batch = _batch(pairs, torch.arange(12), "cpu")
+    n_base, width, d = batch.n_positions[:12], batch.tokens.shape[1], model.cfg.d_model
+    assign = assign_variables(np.random.default_rng(1), len(circuit.variables), 12, 0)
+    hooks = [(h, _resample(m)) for h, m in iit_masks(circuit, model, assign, n_base, width, d).items()]
+    both = first_loss.forward(params, batch.tokens, batch.n_positions, hooks)[0, :12]
+    for v, variable in enumerate(circuit.variables):
+        site = circuit.mapping[variable.name]
+        one = first_loss.forward(params, batch.tokens, batch.n_positions,
+                                 [(site["hook"], _resample(site_mask(model, site, n_base, width, d)))])[0, :12]
+        rows = assign == v
+        assert rows.any()
+        torch.testing.assert_close(both[rows], one[rows])
+    plain = first_loss.forward(params, batch.tokens, batch.n_positions, [])[0, :12]
+    assert not torch.allclose(both, plain)  # the swaps do move the output
+
+
+def test_a_one_hot_group_with_leaking_members_is_one_variable():
+    """The diff's one-hot grouping counts a member as set above 1e-3 of the group's largest value, so a softmax's
+    leak (~1e-6) does not split a group: tracr-reverse's output reverse_6:a/b/c is one variable, mapped to three
+    coordinates of its attention output at once; exact zeros are not required, two set members still are refused."""
+    from exactlens.analysis.diff.alignment.variables import one_hot_groups
+
+    feats = [{"label": f"out:{c}", "exact_site": "s", "positions": "all", "index": i} for i, c in enumerate("abc")]
+    leak = np.array([[[1.0, 2e-6, 0.0], [1e-12, 1.0, 0.0], [0.0, 5e-7, 1.0]]])
+    run = SimpleNamespace(exact_acts={"s": leak}, ids=[0])
+    assert list(one_hot_groups(None, feats, [run])) == ["out:*"]
+    two = SimpleNamespace(exact_acts={"s": leak + np.array([0.0, 0.0, 0.5])}, ids=[0])
+    assert one_hot_groups(None, feats, [two]) == {}
+
+    from exactlens.train.presets import get_preset
+    from exactlens.train.siit import high_level
+
+    circuit = high_level(get_preset("tracr-reverse").spec({"train_length": (1, 5), "test_length": (1, 5)}))
+    assert "reverse_6:*" in circuit.mapping and not any(k.startswith("reverse_6:") and k != "reverse_6:*"
+                                                         for k in circuit.mapping)
+    site = circuit.mapping["reverse_6:*"]
+    assert site["hook"] == "blocks.3.hook_attn_out" and len(site["dims"]) == 3
