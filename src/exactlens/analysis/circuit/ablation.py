@@ -63,7 +63,8 @@ class Batch:
     ablation: str = "resample"
     truth: torch.Tensor | None = None  # per-position targets: the metric leaves out undefined positions
     stacked: dict[tuple[str, str], torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
-    """Clean and source activations repeated on the batch dimension for stacked passes (exactlens.analysis.circuit.batched)."""
+    """Clean and source activations repeated on the batch dimension for stacked passes
+    (exactlens.analysis.circuit.batched)."""
 
 
 def _encode_and_run(model, graph: ModelGraph, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, GraphRun]:
