@@ -74,6 +74,43 @@ def test_a_construction_registered_here_runs_here(tmp_path: Path) -> None:
     assert made["errors"] == []
 
 
+def test_ctrl_c_stops_the_workers_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGINT to the process group (Ctrl-C) while workers write into the staging directory: every process
+    exits, no report and no staging directory remain."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "EXACTLENS_QUIET": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "exactlens.cli", "report", "--quick", "--jobs", "2", *NAMES,
+                             "--out", str(tmp_path / "r")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    start = time.monotonic()
+    while not any(p.is_file() for p in tmp_path.rglob("attention/*")):  # a worker has written a page
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() - start < 300, "no worker wrote anything"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the report still ran 60 s after Ctrl-C")
+    assert proc.returncode != 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the workers are gone too
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("workers still running 30 s after the report stopped")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, True, "2"])
 def test_jobs_must_be_a_count(tmp_path: Path, jobs) -> None:
     with pytest.raises(ExactLensError, match="jobs is a number of processes"):

@@ -139,12 +139,16 @@ def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Ca
         for name in names(ctx) if run is not None else ():
             parts.setdefault(name, []).append(run)
     slim = replace(ctx, errors=[], section_settings={}, user_model=None, prepared={}, work_seconds={}, jobs=1)
-    items = [("builder", slim, b, ()) for b in in_workers]
-    items += sorted((("construction", slim, name, runs) for name, runs in parts.items()), key=lambda i: _order(i[2]))
+    constructions = sorted((("construction", slim, name, runs) for name, runs in parts.items()),
+                           key=lambda i: _order(i[2]))
+    slow = [i for i in constructions if i[2] in SLOW_FIRST]  # then the papers' builders (training, diffs)
+    items = slow + [("builder", slim, b, ()) for b in in_workers] + [i for i in constructions if i not in slow]
+    if not items:
+        return {}
     context = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
                                           else "spawn")
     results: dict[int, Any] = {}
-    with context.Pool(min(jobs, len(items)) or 1, initializer=_init_worker) as pool:  # exit: workers terminated
+    with context.Pool(min(jobs, len(items)), initializer=_init_worker) as pool:  # exit: workers terminated
         for index, result in pool.imap_unordered(_indexed, list(enumerate(items))):
             results[index] = result
     whole = {}
