@@ -149,8 +149,7 @@ def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Ca
                                           else "spawn")
     results: dict[int, Any] = {}
     with context.Pool(min(jobs, len(items)), initializer=_init_worker) as pool:  # exit: workers terminated
-        for index, result in pool.imap_unordered(_indexed, list(enumerate(items))):
-            results[index] = result
+        results = _run_all(pool, items, min(jobs, len(items)))
     whole = {}
     for index, result in results.items():
         kind, _, what, _ = items[index]
@@ -161,6 +160,25 @@ def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Ca
     return whole
 
 
-def _indexed(item: tuple) -> tuple:
-    index, rest = item
-    return index, _task(rest)
+def _run_all(pool: Any, items: list[tuple], jobs: int) -> dict[int, Any]:
+    """Each item's result, {index: result}. At most ``jobs`` tasks are handed to the pool at a time: with
+    every task queued at once, the pool's feeder thread can block on a full pipe, and Pool.terminate then
+    waits for it, so Ctrl-C would hang."""
+    import queue
+
+    finished: queue.SimpleQueue = queue.SimpleQueue()
+    results: dict[int, Any] = {}
+    waiting = list(enumerate(items))[::-1]
+    running = 0
+    while waiting or running:
+        while waiting and running < jobs:
+            index, item = waiting.pop()
+            pool.apply_async(_task, (item,), callback=lambda r, i=index: finished.put((i, r, None)),
+                             error_callback=lambda e, i=index: finished.put((i, None, e)))
+            running += 1
+        index, result, error = finished.get()
+        running -= 1
+        if error is not None:
+            raise error
+        results[index] = result
+    return results
