@@ -11,7 +11,7 @@ Workers write their files (figures, attention pages, data) into the report's sta
 file whole (exactlens.outputs); they run with one torch thread and ignore Ctrl-C, which the parent
 answers by terminating them before the staging directory is removed, so nothing half-written remains.
 A construction registered at run time in this process (not by a plug-in) is unknown to a worker; its
-parts run here.
+parts, and the whole builders of a report that names it, run here.
 """
 
 from __future__ import annotations
@@ -108,8 +108,11 @@ def _construction_task(ctx: Any, name: str, runs: Sequence[Callable]) -> dict | 
     return done
 
 
-def _builder_task(ctx: Any, builder: Callable) -> tuple:
-    """A whole section builder in a worker: (its sections, seconds, errors, settings)."""
+def _builder_task(ctx: Any, builder: Callable) -> tuple | None:
+    """A whole section builder in a worker: (its sections, seconds, errors, settings); None where the
+    report names a construction the worker does not know (the builder then runs in the report's process)."""
+    if not all(_known(name) for name in ctx.names):
+        return None
     start = time.perf_counter()
     sections = builder(ctx)
     return sections, time.perf_counter() - start, ctx.errors, ctx.section_settings
@@ -154,7 +157,8 @@ def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Ca
     for index, result in results.items():
         kind, _, what, _ = items[index]
         if kind == "builder":
-            whole[what] = result
+            if result is not None:
+                whole[what] = result
         elif result is not None:  # None: unknown to the workers, its parts run here when read
             ctx.prepared.update(result)
     return whole
