@@ -165,9 +165,9 @@ def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Ca
 
 
 def _run_all(pool: Any, items: list[tuple], jobs: int) -> dict[int, Any]:
-    """Each item's result, {index: result}. At most ``jobs`` tasks are handed to the pool at a time: with
-    every task queued at once, the pool's feeder thread can block on a full pipe, and Pool.terminate then
-    waits for it, so Ctrl-C would hang."""
+    """Each item's result, {index: result}. At most ``jobs`` tasks are handed to the pool at a time, so the
+    pool's task thread never sits blocked on a full pipe (seen with every task queued at once) when the
+    pool is terminated."""
     import queue
 
     finished: queue.SimpleQueue = queue.SimpleQueue()
