@@ -8,7 +8,7 @@ from typing import Any
 
 from exactlens.errors import ExactLensError
 from exactlens.interop.readout import readout_option
-from exactlens.requests import Any_, Bool, Path_, Text, TextList, command_line, device_option, option, task_option
+from exactlens.requests import Any_, Bool, Int, Path_, Text, TextList, command_line, device_option, option, task_option
 from exactlens.results import Result, View
 from exactlens.verbs import VerbSpec, register_verb
 
@@ -31,6 +31,8 @@ class ReportRequest:
                                  help="the construction --model is compared with (a construction of its task)")
     task: str | None = task_option()
     readout: Any = readout_option()
+    jobs: int | None = option(None, kind=Int(1, 64), help="processes for the constructions' work and the papers' "
+                              "sections (default: the CPU cores, at most 8); the pages are the same for any number")
 
 
 def run(request: ReportRequest) -> Result:
@@ -46,7 +48,8 @@ def run(request: ReportRequest) -> Result:
                     readout=request.readout if isinstance(request.readout, (str, int, type(None))) else "<callable>")
     index = build_report(list(request.names) if request.names else None, request.out, quick=request.quick,
                          overwrite=request.overwrite, command=command_line("report", shown), device=request.device,
-                         model=request.model, against=request.against, task=request.task, readout=request.readout)
+                         model=request.model, against=request.against, task=request.task, readout=request.readout,
+                         jobs=request.jobs)
     return Result("report", {"index": str(index)}, path=index)
 
 

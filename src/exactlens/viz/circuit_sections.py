@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from exactlens.markup.circuit import circuit_svg
+from exactlens.progress import bar
 from exactlens.viz.page import ReportContext, Section, esc, fmt, progress, table
+from exactlens.viz.parallel import per_construction
 
 QUICK_DISCOVERY = ("first", "parity", "one")  # the quick report scores these (where present)
 
@@ -45,18 +47,34 @@ def circuit_html(ctx: ReportContext, name: str, record: dict[str, Any]) -> str:
 REPORT_METHODS = ("patching", "eap", "eap-ig-inputs", "acdc")  # edge-patching and EAP-IG on activations: the benchmark
 
 
-def discovery_sections(ctx: ReportContext) -> list[Section]:
+def _discovery_names(ctx: ReportContext) -> list[str]:
+    return [n for n in ctx.names if n in QUICK_DISCOVERY] if ctx.quick else list(ctx.names)
+
+
+def _discovery_settings(ctx: ReportContext) -> dict[str, int]:
+    return {"words": 16, "span": 3} if ctx.quick else {"words": 32, "span": 4}
+
+
+def discovery_rows(ctx: ReportContext, name: str) -> list[dict[str, Any]]:
+    """The catalogue's rows of one construction (its part of the section, run where the report puts it)."""
     from exactlens.analysis.circuit.evaluate import catalogue
+
+    return catalogue([name], methods=REPORT_METHODS, **_discovery_settings(ctx))
+
+
+@per_construction(discovery_rows, _discovery_names)
+def discovery_sections(ctx: ReportContext) -> list[Section]:
     from exactlens.analysis.circuit.scoring import best_cut_text
 
-    names = [n for n in ctx.names if n in QUICK_DISCOVERY] if ctx.quick else list(ctx.names)
+    names = _discovery_names(ctx)
     if not names:
         return []
     progress(f"report: circuit discovery on {len(names)} constructions")
-    settings = {"words": 16, "span": 3} if ctx.quick else {"words": 32, "span": 4}
+    settings = _discovery_settings(ctx)
     ctx.record_settings(circuit_discovery={**settings, "methods": list(REPORT_METHODS)})
     try:
-        rows = catalogue(names, methods=REPORT_METHODS, **settings)
+        rows = [row for name in bar(names, desc="circuit catalogue", unit="construction")
+                for row in ctx.part(discovery_rows, name)]
     except Exception as err:
         return [Section("Circuit discovery", "circuit-discovery", ctx.error("circuit discovery", err))]
     data = ctx.write_json("circuit_discovery.json", {"settings": settings, "rows": rows})

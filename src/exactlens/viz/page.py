@@ -92,6 +92,25 @@ class ReportContext:
     section_settings: dict[str, Any] = field(default_factory=dict)  # a section's own, for report.json
     device: Any = None  # torch.device of the verify, precision, training and diff work (None: the CPU)
     user_model: dict[str, Any] | None = None  # {"model", "against", "task", "readout"}: the user's model's section
+    jobs: int = 1  # processes for the independent work (exactlens.viz.parallel)
+    prepared: dict[tuple, tuple] = field(default_factory=dict)  # per-construction parts done in workers
+    work_seconds: dict[str, float] = field(default_factory=dict)  # builder -> seconds of its parts in workers
+
+    def part(self, run: Callable[[ReportContext, str], Any], name: str) -> Any:
+        """A builder's per-construction part (exactlens.viz.parallel.per_construction): done in a worker
+        (its errors and settings merged now, in page order), or run here."""
+        from exactlens.viz.parallel import Failed, key
+
+        done = self.prepared.pop(key(run, name), None)
+        if done is None:
+            return run(self, name)
+        value, seconds, errors, settings = done
+        self.errors += errors
+        self.section_settings.update(settings)
+        self.work_seconds[run.__qualname__] = self.work_seconds.get(run.__qualname__, 0.0) + seconds
+        if isinstance(value, Failed):
+            raise value.error
+        return value
 
     def device_for(self, dtype: str) -> Any:
         """The device of work in ``dtype``: the report's, or the CPU for float64 on MPS (which has none)."""
@@ -141,6 +160,10 @@ class ReportContext:
 
 
 SectionBuilder = Callable[[ReportContext], list[Section]]
+IN_PARENT = ("overview_sections", "model_sections")
+"""Builders that always run in the report's own process: quick ones, and the user's model's (the model
+may be an object in this process). Every other builder of exactlens and its papers may run in a worker
+(exactlens.viz.parallel); a builder added at run time (a test's) runs here."""
 
 
 class ReportIncomplete(ExactLensError):
@@ -281,6 +304,7 @@ def build_report(
     against: str | None = None,
     task: str | None = None,
     readout: Any = None,
+    jobs: int | None = None,
 ) -> Path:
     """Write out_dir/index.html and its assets for the given constructions (default: all
     registered); return the path of index.html. ``out_dir`` is written as one new directory that
@@ -300,6 +324,10 @@ def build_report(
     model; exactlens.viz.model_section), compared with the construction ``against``; ``task`` and
     ``readout`` for a model that records no task or answers elsewhere. With a model and no names, the report
     has no construction sections.
+
+    ``jobs``: processes for the independent work, each construction's parts and the papers' sections
+    (exactlens.viz.parallel; None: the CPU cores, at most 8). The page is the same for every ``jobs``
+    but for the times it states.
     """
     from exactlens.devices import resolve_device
 
@@ -324,6 +352,12 @@ def build_report(
 
         model_target(model, task, readout)
     where = resolve_device(device)
+    if jobs is None:
+        from exactlens.viz.parallel import default_jobs
+
+        jobs = default_jobs()
+    elif isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ExactLensError(f"jobs is a number of processes, an integer >= 1; got {jobs!r}")
     with torch_threads(threads), staged(out_dir, overwrite=overwrite, what="report directory") as tmp:
         progress(f"report: {len(selected)} constructions -> {Path(out_dir) / 'index.html'}"
                  f"{' (quick)' if quick else ''}")
@@ -332,7 +366,7 @@ def build_report(
             "version": __version__,
             "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         }
-        errors = _build_report(selected, tmp, quick, builders, made, where, user_model)
+        errors = _build_report(selected, tmp, quick, builders, made, where, user_model, jobs)
     index = Path(out_dir) / "index.html"
     progress(f"report: wrote {index}")
     if errors:
@@ -350,17 +384,33 @@ def _pages_list(out: Path) -> str:
 
 def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequence[SectionBuilder] | None,
                   made: dict[str, str], device: Any = None,
-                  user_model: dict[str, Any] | None = None) -> list[dict[str, str]]:
+                  user_model: dict[str, Any] | None = None, jobs: int = 1) -> list[dict[str, str]]:
     from exactlens.devices import device_name
 
     start = time.perf_counter()
     ctx = ReportContext(out_dir=out, names=selected, quick=quick, settings=QUICK if quick else FULL, device=device,
-                        user_model=user_model)
+                        user_model=user_model, jobs=jobs)
     sections: list[Section] = []
     timings: dict[str, float] = {}
     chosen = section_builders() if builders is None else list(builders)
+    whole = {}
+    if jobs > 1:
+        from exactlens.viz.parallel import run_parallel
+
+        t0 = time.perf_counter()
+        in_workers = [b for b in chosen if b.__module__.startswith("exactlens.") and b.__name__ not in IN_PARENT
+                      and not hasattr(b, "per_construction")]
+        whole = run_parallel(ctx, chosen, in_workers, jobs)
+        timings["parallel_work"] = time.perf_counter() - t0  # wall of the work in workers, before the page
     for builder in bar(chosen, desc="report sections", unit="section"):
         t0 = time.perf_counter()
+        if builder in whole:  # built in a worker: its sections, seconds there, errors and settings
+            built, seconds, errors, settings = whole[builder]
+            sections += built
+            ctx.errors += errors
+            ctx.section_settings.update(settings)
+            timings[builder.__name__] = seconds
+            continue
         sections += builder(ctx)
         timings[builder.__name__] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -376,6 +426,9 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
             "settings": {**asdict(ctx.settings), **ctx.section_settings},
             "sections": [{"id": s.id, "title": s.title} for s in sections],
             "timings": timings,
+            "jobs": jobs,
+            # seconds that per-construction parts took in worker processes, by part (jobs > 1)
+            "work_seconds": ctx.work_seconds,
             "seconds": seconds,
             "errors": ctx.errors,
             "made": made,
@@ -386,8 +439,11 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
     footer = (
         f"Made by <code>{esc(made['command'])}</code> (exactlens {esc(made['version'])}) at {esc(made['time'])}. "
         f"exactlens report, {len(selected)} constructions, built in {seconds:.1f} s"
-        f"{' (quick settings)' if quick else ''}; "
+        f"{' (quick settings)' if quick else ''}"
+        + (f" with {jobs} processes" if jobs > 1 else "") + "; "
         + esc(", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+        + (esc("; in the workers: " + ", ".join(f"{k} {v:.1f} s" for k, v in ctx.work_seconds.items()))
+           if ctx.work_seconds else "")
         + '. Data: <a href="data/report.json">data/report.json</a>.'
     )
     if ctx.errors:

@@ -18,6 +18,7 @@ from exactlens.outputs import save_figure
 from exactlens.viz.backend import pyplot
 from exactlens.viz.circuit_sections import circuit_html
 from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, slug, table
+from exactlens.viz.parallel import per_construction
 
 # ---- builder: overview ---------------------------------------------------------------
 
@@ -274,6 +275,7 @@ def construction_section(ctx: ReportContext, name: str) -> Section:
     return Section(name, f"construction-{slug(name)}", "\n".join(parts))
 
 
+@per_construction(construction_section, lambda ctx: ctx.names)
 def construction_sections(ctx: ReportContext) -> list[Section]:
-    return [construction_section(ctx, name) for name in ctx.names]
+    return [ctx.part(construction_section, name) for name in ctx.names]
 

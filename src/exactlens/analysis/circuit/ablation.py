@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,6 +62,9 @@ class Batch:
     source: dict[str, torch.Tensor]
     ablation: str = "resample"
     truth: torch.Tensor | None = None  # per-position targets: the metric leaves out undefined positions
+    stacked: dict[tuple[str, str], torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
+    """Clean and source activations repeated on the batch dimension for stacked passes
+    (exactlens.analysis.circuit.batched)."""
 
 
 def _encode_and_run(model, graph: ModelGraph, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, GraphRun]:

@@ -25,6 +25,7 @@ difference (regression).
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from exactlens.analysis.circuit.ablation import Batch, model_reader, small_tensor_threads
+from exactlens.analysis.circuit.batched import variant_runs, variants_per_pass
 from exactlens.analysis.circuit.forward import run_graph
 from exactlens.analysis.circuit.graph import Edge, ModelGraph
 from exactlens.errors import ExactLensError
@@ -139,17 +141,32 @@ def patched_divergence(model, graph: ModelGraph, batch: Batch, edges, clean_befo
                                 batch.n_positions, batch.truth))
 
 
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
+def stacked_divergences(model, graph: ModelGraph, batch: Batch, variants: Sequence[Collection[Edge]],
+                        clean_before: int = 0) -> list[float]:
+    """``patched_divergence`` of each variant (a set of patched edges), many variants per forward pass
+    (exactlens.analysis.circuit.batched)."""
+    clean = _clean_evidence(model, batch)
+    words = batch.tokens.shape[0]
+    out: list[float] = []
+    for k, logits, n_positions in variant_runs(model, graph, batch, variants, clean_before):
+        with torch.no_grad():
+            patched = evidence(model, logits, n_positions)
+            out += [float(divergence(model, clean, patched[i * words:(i + 1) * words], batch.n_positions,
+                                     batch.truth)) for i in range(k)]
+    return out
+
+
+def mean_divergences(model, graph: ModelGraph, batches: list[Batch], variants: Sequence[Collection[Edge]],
+                     clean_before: int = 0) -> list[float]:
+    """Each variant's divergence averaged over the batches (summed in batch order)."""
+    each = [stacked_divergences(model, graph, b, variants, clean_before) for b in batches]
+    return [sum(values) / len(values) for values in zip(*each, strict=True)]
 
 
 def activation_patching(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Discovery:
     senders = graph.senders
-    node_scores = {}
-    for node in progress_bar(senders, desc="patching nodes", unit="node"):
-        out_edges = [e for e in graph.edges if e.sender == node]
-        node_scores[node] = _mean(patched_divergence(model, graph, b, out_edges) for b in batches)
+    variants = [[e for e in graph.edges if e.sender == node] for node in senders]
+    node_scores = dict(zip(senders, mean_divergences(model, graph, batches, variants), strict=True))
     edge_scores = {e: node_scores[e.sender] for e in graph.edges}
     selected = {e for e in graph.edges if node_scores[e.sender] > threshold}
     return Discovery("patching", graph.granularity, edge_scores, node_scores, selected, threshold)
@@ -234,30 +251,51 @@ def edge_patching(model, graph: ModelGraph, batches: list[Batch], threshold: flo
     score is the divergence when it alone reads its source activation."""
     order = {s.node: i for i, s in enumerate(graph.steps)}
     edge_scores = {}
-    for edge in progress_bar(graph.edges, desc="edge patching", unit="edge"):
-        edge_scores[edge] = _mean(patched_divergence(model, graph, b, {edge}, order[edge.receiver]) for b in batches)
+    for step in progress_bar(graph.steps, desc="edge patching", unit="receiver"):  # one receiver's edges a pass
+        edges = graph.edges_into(step.node)
+        if edges:
+            edge_scores.update(zip(edges, mean_divergences(model, graph, batches, [{e} for e in edges],
+                                                           order[step.node]), strict=True))
+    edge_scores = {e: edge_scores[e] for e in graph.edges}  # the graph's order
     selected = {e for e, v in edge_scores.items() if v > threshold}
     return Discovery("edge-patching", graph.granularity, edge_scores, node_scores(graph, edge_scores), selected,
                      threshold)
 
 
 def acdc(model, graph: ModelGraph, batches: list[Batch], threshold: float) -> Discovery:
+    """ACDC, one receiver's incoming edges in order. A receiver's trials run stacked in passes that
+    speculate each edge is removed (trial j: the edges removed so far plus the receiver's pending edges
+    up to j); the walk takes trials in order while edges are removed, and at the first edge kept the
+    speculation after it is void and those edges are tried again. The speculation window doubles after
+    a pass without a kept edge and halves after one with (a kept edge wastes the rest of its pass), up
+    to what one pass holds. Each trial is the edge set of the one-by-one walk."""
     removed: set[Edge] = set()
-    current = _mean(patched_divergence(model, graph, b, removed) for b in batches)
+    current = mean_divergences(model, graph, batches, [removed])[0]
     edge_scores: dict[Edge, float] = {}
     order = {s.node: i for i, s in enumerate(graph.steps)}
     receivers = [s for s in reversed(graph.steps) if graph.edges_into(s.node)]
+    largest = min(variants_per_pass(model, graph, b) for b in batches)
+    window = min(4, largest)
     bar = progress_bar(total=len(graph.edges), desc="acdc edges", unit="edge")
     for step in receivers:
         # every removed edge enters this receiver or a later one: the nodes before it run clean
-        before = order[step.node]
-        for edge in sorted(graph.edges_into(step.node), reverse=True):
-            trial = _mean(patched_divergence(model, graph, b, removed | {edge}, before) for b in batches)
-            edge_scores[edge] = max(trial - current, 0.0)
-            if trial - current < threshold:
-                removed.add(edge)
-                current = trial
-            bar.update(1)
+        pending = sorted(graph.edges_into(step.node), reverse=True)
+        while pending:
+            trials = mean_divergences(model, graph, batches, [removed | set(pending[:j + 1])
+                                                              for j in range(min(window, len(pending)))],
+                                      order[step.node])
+            done = len(trials)
+            for j, (edge, trial) in enumerate(zip(pending[:done], trials, strict=True)):
+                edge_scores[edge] = max(trial - current, 0.0)
+                bar.update(1)
+                if trial - current < threshold:
+                    removed.add(edge)
+                    current = trial
+                else:  # kept: the trials after it assumed it removed
+                    done = j + 1
+                    break
+            window = min(largest, window * 2) if done == len(trials) else max(1, window // 2)
+            pending = pending[done:]
     bar.close()
     selected = set(graph.edges) - removed
     return Discovery("acdc", graph.granularity, edge_scores, node_scores(graph, edge_scores), selected, threshold,

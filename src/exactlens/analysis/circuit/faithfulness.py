@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exactlens.analysis.circuit.ablation import Batch, small_tensor_threads
-from exactlens.analysis.circuit.discovery import patched_divergence
+from exactlens.analysis.circuit.discovery import mean_divergences
 from exactlens.analysis.circuit.graph import Edge, ModelGraph
 from exactlens.errors import ExactLensError
 
@@ -48,14 +48,19 @@ class DivergenceCache:
     runs: int = 0
 
     def divergence(self, kept: Collection[Edge]) -> float:
-        key = frozenset(kept)
-        if key not in self.values:
-            ablated = [e for e in self.graph.edges if e not in key]
-            with small_tensor_threads(self.model):
-                each = [patched_divergence(self.model, self.graph, b, ablated) for b in self.batches]
-            self.values[key] = sum(each) / len(each)
-            self.runs += 1
-        return self.values[key]
+        self.prefetch([kept])
+        return self.values[frozenset(kept)]
+
+    def prefetch(self, kept_sets: Sequence[Collection[Edge]]) -> None:
+        """D(C) of every kept set not known yet, many per forward pass (exactlens.analysis.circuit.batched)."""
+        missing = list(dict.fromkeys(key for key in map(frozenset, kept_sets) if key not in self.values))
+        if not missing:
+            return
+        variants = [[e for e in self.graph.edges if e not in key] for key in missing]
+        with small_tensor_threads(self.model):
+            values = mean_divergences(self.model, self.graph, self.batches, variants)
+        self.values.update(zip(missing, values, strict=True))
+        self.runs += len(missing)
 
 
 def ranked(graph: ModelGraph, scores: Mapping[Edge, float]) -> list[Edge]:
@@ -125,6 +130,7 @@ def faithfulness(cache: DivergenceCache, order: Sequence[Edge], sizes: Sequence[
         reason = (f"the ablation moves nothing the readout sees (divergence with every edge ablated {empty:.3g}): "
                   "m(full) = m(empty), so f is undefined")
         return Faithfulness(list(sizes), counts, None, empty, n_total, reason)
+    cache.prefetch([order[:n] for n in counts])
     f = [1.0 - cache.divergence(order[:n]) / empty for n in counts]
     if not all(math.isfinite(v) for v in f):
         bad = [s for s, v in zip(sizes, f, strict=True) if not math.isfinite(v)]

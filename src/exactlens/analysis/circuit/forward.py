@@ -37,6 +37,7 @@ def run_graph(
     input_grads: bool = False,
     reuse: Mapping[str, torch.Tensor] | None = None,
     pin: Mapping[str, torch.Tensor] | None = None,
+    patch_masks: Mapping[tuple, torch.Tensor] | None = None,
 ) -> GraphRun:
     """Run the model edge by edge. Edges in ``patched`` read ``source[sender]`` (same shape as the
     sender's output, or broadcastable to it: a mean [1, pos, d_model]). ``input_grads``: the
@@ -45,9 +46,12 @@ def run_graph(
     a clean run's outputs of every node before the first patched receiver; their inputs are not
     recorded). ``pin``: nodes whose output takes this value (broadcastable) while gradients still
     flow through the node's own computation (EAP-IG on activations: every node at an interpolated
-    activation, the gradient that of the path through it)."""
+    activation, the gradient that of the path through it). ``patch_masks``: instead of ``patched``,
+    {(sender, receiver, slot): bool mask broadcastable to [b, pos, 1]}, the rows and positions where
+    that edge reads the source (many ablations stacked on the batch dimension:
+    exactlens.analysis.circuit.batched)."""
     patched = set(patched)
-    if patched and source is None:
+    if (patched or patch_masks) and source is None:
         raise ValueError("patched edges need source activations")
     for edge in patched:
         graph.check_edge(edge)
@@ -58,6 +62,10 @@ def run_graph(
         raise ExactLensError(f"this graph's edges are resolved over {graph.n_positions} token positions; the words "
                              f"have {n_pos}")
     at = _patched_positions(patched, n_pos, tokens.device) if graph.n_positions is not None else None
+    if patch_masks is not None:
+        if patched:
+            raise ValueError("give patched edges or patch masks, not both")
+        at = patch_masks
     allowed = {mask: visible_keys(mask, n_pos, n_positions, padded) for mask in set(cfg.per_layer("attention_mask"))}
     outputs: dict[str, torch.Tensor] = {}
     inputs: dict[str, torch.Tensor] = {}
@@ -68,7 +76,9 @@ def run_graph(
         if at is None:
             return source[sender] if Edge(sender, step.node, slot) in patched else outputs[sender]
         mask = at.get((sender, step.node, slot))
-        return outputs[sender] if mask is None else torch.where(mask, source[sender], outputs[sender])
+        if mask is None or mask is True:  # True: every row reads the source (exactlens.analysis.circuit.batched)
+            return outputs[sender] if mask is None else source[sender]
+        return torch.where(mask, source[sender], outputs[sender])
 
     def read(step: Step, slot: str | None) -> torch.Tensor:
         parts = [part(s, step, slot) for s in step.reads]

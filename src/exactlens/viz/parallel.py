@@ -1,0 +1,188 @@
+"""The report's independent work over several processes (``exactlens report --jobs N``).
+
+Two kinds of work are independent: a builder's work for one construction (a *per-construction* part,
+declared with :func:`per_construction`: the construction's own section, its circuit-discovery rows)
+and a whole paper's section builder. With ``jobs`` > 1 both run in a pool of worker processes before
+the page is assembled: one task per construction doing all of its parts (a tracr program is compiled
+once, in that worker), one task per paper builder, the longest expected first. The page then takes
+their results in page order, so it is the same as with ``jobs`` = 1 but for the times it states.
+
+Workers write their files (figures, attention pages, data) into the report's staging directory, each
+file whole (exactlens.outputs); they run with one torch thread and ignore Ctrl-C, which the parent
+answers by terminating them before the staging directory is removed, so nothing half-written remains.
+A construction registered at run time in this process (not by a plug-in) is unknown to a worker; its
+parts, and the whole builders of a report that names it, run here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from exactlens.outputs import write_error
+
+MAX_DEFAULT_JOBS = 8
+"""The default jobs at most (a worker holds its own torch, jax and tracr: about 0.5-1 GB)."""
+SLOW_FIRST = ("tracr-shuffle_dyck2", "tracr-shuffle_dyck")
+"""The constructions with the largest graphs, whose circuit discovery takes longest (docs/circuits.md, "Time
+of the whole catalogue"): started first, then the other compiled programs (each a tracr compilation of
+5-20 s), then the rest, so that no long task starts last and leaves the other workers idle."""
+
+
+def default_jobs() -> int:
+    """The CPU cores this process may use, at most ``MAX_DEFAULT_JOBS``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_DEFAULT_JOBS, cores))
+
+
+def per_construction(run: Callable, names: Callable) -> Callable:
+    """Declare a section builder's per-construction part: ``run(ctx, name)`` (a module-level function,
+    picklable) for each of ``names(ctx)``; the builder reads each result with ``ctx.part(run, name)``."""
+
+    def mark(builder: Callable) -> Callable:
+        builder.per_construction = (run, names)
+        return builder
+
+    return mark
+
+
+def key(run: Callable, name: str) -> tuple[str, str, str]:
+    return (run.__module__, run.__qualname__, name)
+
+
+@dataclass
+class Failed:
+    """A part that raised in a worker: the error, raised again where the builder reads the part."""
+
+    error: BaseException
+
+
+def _picklable(err: BaseException) -> BaseException:
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:
+        return RuntimeError(f"{type(err).__name__}: {err}")
+
+
+def _init_worker() -> None:
+    import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers (module docstring)
+    torch.set_num_threads(1)
+
+
+def _known(name: str) -> bool:
+    from exactlens.constructions import names
+
+    return name in names()
+
+
+def _construction_task(ctx: Any, name: str, runs: Sequence[Callable]) -> dict | None:
+    """One construction's parts in a worker: {key: (result or Failed, seconds, errors, settings)}."""
+    if not _known(name):
+        return None
+    done = {}
+    for run in runs:
+        ctx.errors, ctx.section_settings = [], {}
+        start = time.perf_counter()
+        try:
+            value: Any = run(ctx, name)
+        except Exception as err:
+            if write_error(err) is not None:
+                raise
+            traceback.print_exception(err, file=sys.stderr)
+            value = Failed(_picklable(err))
+        done[key(run, name)] = (value, time.perf_counter() - start, ctx.errors, ctx.section_settings)
+    return done
+
+
+def _builder_task(ctx: Any, builder: Callable) -> tuple | None:
+    """A whole section builder in a worker: (its sections, seconds, errors, settings); None where the
+    report names a construction the worker does not know (the builder then runs in the report's process)."""
+    if not all(_known(name) for name in ctx.names):
+        return None
+    start = time.perf_counter()
+    sections = builder(ctx)
+    return sections, time.perf_counter() - start, ctx.errors, ctx.section_settings
+
+
+def _task(item: tuple) -> tuple:
+    kind, ctx, what, runs = item
+    return _construction_task(ctx, what, runs) if kind == "construction" else _builder_task(ctx, what)
+
+
+def _order(name: str) -> int:
+    if name in SLOW_FIRST:
+        return SLOW_FIRST.index(name)
+    return len(SLOW_FIRST) + (0 if name.startswith("tracr-") else 1)
+
+
+def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Callable], jobs: int) -> dict:
+    """Run every per-construction part of ``builders`` and each of ``in_workers`` (whole builders) in
+    ``jobs`` processes; store the parts in ``ctx.prepared`` (read by ``ctx.part``) and return
+    {builder: (sections, seconds, errors, settings)} for the whole builders. Errors and settings are
+    merged where the page reads them, so they come in the same order as with one job."""
+    import multiprocessing
+
+    parts: dict[str, list[Callable]] = {}
+    for builder in builders:
+        run, names = getattr(builder, "per_construction", (None, None))
+        for name in names(ctx) if run is not None else ():
+            parts.setdefault(name, []).append(run)
+    slim = replace(ctx, errors=[], section_settings={}, user_model=None, prepared={}, work_seconds={}, jobs=1)
+    constructions = sorted((("construction", slim, name, runs) for name, runs in parts.items()),
+                           key=lambda i: _order(i[2]))
+    slow = [i for i in constructions if i[2] in SLOW_FIRST]  # then the papers' builders (training, diffs)
+    items = slow + [("builder", slim, b, ()) for b in in_workers] + [i for i in constructions if i not in slow]
+    if not items:
+        return {}
+    context = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                                          else "spawn")
+    results: dict[int, Any] = {}
+    with context.Pool(min(jobs, len(items)), initializer=_init_worker) as pool:  # exit: workers terminated
+        results = _run_all(pool, items, min(jobs, len(items)))
+    whole = {}
+    for index, result in results.items():
+        kind, _, what, _ = items[index]
+        if kind == "builder":
+            if result is not None:
+                whole[what] = result
+        elif result is not None:  # None: unknown to the workers, its parts run here when read
+            ctx.prepared.update(result)
+    return whole
+
+
+def _run_all(pool: Any, items: list[tuple], jobs: int) -> dict[int, Any]:
+    """Each item's result, {index: result}. At most ``jobs`` tasks are handed to the pool at a time, so the
+    pool's task thread never sits blocked on a full pipe (seen with every task queued at once) when the
+    pool is terminated."""
+    import queue
+
+    finished: queue.SimpleQueue = queue.SimpleQueue()
+    results: dict[int, Any] = {}
+    waiting = list(enumerate(items))[::-1]
+    running = 0
+    while waiting or running:
+        while waiting and running < jobs:
+            index, item = waiting.pop()
+            pool.apply_async(_task, (item,), callback=lambda r, i=index: finished.put((i, r, None)),
+                             error_callback=lambda e, i=index: finished.put((i, None, e)))
+            running += 1
+        index, result, error = finished.get()
+        running -= 1
+        if error is not None:
+            raise error
+        results[index] = result
+    return results

@@ -1,0 +1,123 @@
+"""``exactlens report --jobs``: the constructions' work and the papers' sections in worker processes
+give the same pages as one process, but for the times they state (exactlens.viz.parallel)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from exactlens.errors import ExactLensError
+from exactlens.viz.page import build_report
+
+NAMES = ["first", "one"]  # two papers' sections (Chiang & Cholak, Nowak), circuit discovery on both
+TIMES = [re.compile(r"\d+\.\d+ \+ \d+\.\d+"),  # the discovery table's seconds
+         re.compile(r"\d+(?:\.\d+)? s\b"),  # seconds in a text (a construction's, a training's)
+         re.compile(r"<td>\d+\.\d</td>")]  # a table's seconds column (one decimal; other numbers have 3-4)
+VIEW_ID = re.compile(r"circuits-vis-[0-9a-f-]+")
+SECONDS = {"seconds", "faithfulness_seconds", "timings", "work_seconds", "jobs", "made"}
+
+
+def _without_times(value):
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if k not in SECONDS}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
+
+
+def _page(path: Path) -> str:
+    text = path.read_text(encoding="utf-8").split("<footer>")[0]
+    for pattern in TIMES:
+        text = pattern.sub("TIME", text)
+    return text
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    root = tmp_path_factory.mktemp("parallel")
+    return {jobs: build_report(NAMES, root / f"jobs{jobs}", quick=True, jobs=jobs).parent for jobs in (1, 2)}
+
+
+def test_two_jobs_write_the_pages_of_one(reports: dict[int, Path]) -> None:
+    one, two = reports[1], reports[2]
+    files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(two) for p in two.rglob("*") if p.is_file())
+    assert _page(one / "index.html") == _page(two / "index.html")
+    for rel in files:
+        if rel.suffix == ".json":
+            a, b = (json.loads((r / rel).read_text(encoding="utf-8")) for r in (one, two))
+            assert _without_times(a) == _without_times(b), rel
+        elif rel.suffix == ".html" and rel.name != "index.html":  # circuitsvis draws a random element id
+            assert VIEW_ID.sub("ID", (one / rel).read_text(encoding="utf-8")) == VIEW_ID.sub(
+                "ID", (two / rel).read_text(encoding="utf-8")), rel
+        elif rel.name != "index.html":
+            assert (one / rel).read_bytes() == (two / rel).read_bytes(), rel
+    made = json.loads((two / "data" / "report.json").read_text(encoding="utf-8"))
+    assert made["jobs"] == 2 and "parallel_work" in made["timings"]
+    assert set(made["work_seconds"]) == {"construction_section", "discovery_rows"}
+    assert "with 2 processes" in (two / "index.html").read_text(encoding="utf-8")
+
+
+def test_a_construction_registered_here_runs_here(tmp_path: Path) -> None:
+    """The workers know the plug-ins' constructions only: one registered in this process runs here."""
+    import dataclasses
+
+    from exactlens.constructions import get
+    from exactlens.constructions.registry import REGISTRY, register
+
+    register(dataclasses.replace(get("one"), name="one-registered-here"))
+    try:
+        index = build_report(["one-registered-here", "one"], tmp_path / "r", quick=True, jobs=2)
+    finally:
+        del REGISTRY["one-registered-here"]
+    page = index.read_text(encoding="utf-8")
+    assert 'id="construction-one-registered-here"' in page and 'class="error"' not in page
+    made = json.loads((index.parent / "data" / "report.json").read_text(encoding="utf-8"))
+    assert made["errors"] == []
+
+
+def test_ctrl_c_stops_the_workers_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGINT to the process group (Ctrl-C) while workers write into the staging directory: every process
+    exits, no report and no staging directory remain."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "EXACTLENS_QUIET": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "exactlens.cli", "report", "--quick", "--jobs", "2", *NAMES,
+                             "--out", str(tmp_path / "r")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a shell's & ignores it
+    start = time.monotonic()
+    while not any(p.is_file() for p in tmp_path.rglob("attention/*")):  # a worker has written a page
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() - start < 300, "no worker wrote anything"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the report still ran 60 s after Ctrl-C")
+    assert proc.returncode == 130, proc.returncode  # stopped by the Ctrl-C, not finished
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the workers are gone too
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("workers still running 30 s after the report stopped")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.5, True, "2"])
+def test_jobs_must_be_a_count(tmp_path: Path, jobs) -> None:
+    with pytest.raises(ExactLensError, match="jobs is a number of processes"):
+        build_report(["one"], tmp_path / "r", quick=True, jobs=jobs)
