@@ -1,5 +1,6 @@
 # exactlens: `make test` and `make report` each set themselves up on a fresh machine.
-# The pinned CPU torch is installed first: an unpinned torch pulls GBs of CUDA packages.
+# Each environment is one pip command with the pinned CPU torch in it (an unpinned torch pulls GBs of CUDA
+# packages); `make test` builds both environments and the browser at once (make -j3), then runs the suites.
 
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
@@ -15,22 +16,26 @@ setup-tl39: $(VENV_TL39)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
-	$(VENV)/bin/pip install $(PIP_FLAGS) $(TORCH)
-	$(VENV)/bin/pip install $(PIP_FLAGS) -e ".[dev,tracr,ray]"
+	$(VENV)/bin/pip install $(PIP_FLAGS) $(TORCH) -e ".[dev,tracr,ray]"
 	touch $@
 
 # A second environment with TransformerLens 3.9.0 (HookedTransformer): exactlens installed normally (its
 # dependencies too; TL 3.9 satisfies transformer-lens>=3.9,<5) for the exports and users' TL 3 models.
-$(VENV_TL39)/.installed: pyproject.toml
+# Its dependencies install beside .venv's (make -j); exactlens itself only after .venv's is in (order-only), since
+# each pip builds the package's metadata in src/ and two at once could collide.
+$(VENV_TL39)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV_TL39)
-	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) --upgrade pip
-	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) $(TORCH)
-	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) "transformer-lens==3.9.0" pytest hypothesis scipy einops
+	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) $(TORCH) "transformer-lens==3.9.0" pytest hypothesis scipy einops
+	touch $@
+
+$(VENV_TL39)/.installed: $(VENV_TL39)/.deps | $(VENV)/.installed
 	$(VENV_TL39)/bin/pip install $(PIP_FLAGS) -e .
 	touch $@
 
-test: test-main test-tl39
+# The set-ups run side by side (pip is mostly one core, and waits on the disk), the suites one after the other.
+test:
+	$(MAKE) --no-print-directory -j3 setup setup-tl39 setup-browser
+	$(MAKE) --no-print-directory test-main test-tl39
 
 # Headless Chromium for the browser tests (tests/viz/test_browser.py), from Debian's
 # packages where no Chromium is installed yet. Needs root (or password-less sudo);

@@ -51,7 +51,7 @@ def _answers(rows: list[dict]) -> dict[str, tuple]:
             for r in rows}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: the ray test runs first (tests/conftest.py), the others later
 def local_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sweep")
     out = tmp / "local"

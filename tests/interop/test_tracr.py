@@ -84,7 +84,8 @@ def check_against_tracr(name: str, dtype: str) -> dict:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", DEFAULT)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xdist_group(f"tracr-{name}"))  # one compile
+                                  for name in DEFAULT])  # per program and worker: both dtypes on one worker
 def test_model_matches_tracr_on_every_word(name, dtype):
     found = check_against_tracr(name, dtype)
     assert found["words"] > 0
