@@ -128,6 +128,10 @@ def test_a_label_a_later_component_overwrites_after_reading_is_settled_where_it_
     assert before_overwrite(held, sites, "c", reads, 1) == "c"  # it does not read label 1: the last value stands
     unchanged = {**held, "c": held["b"]}
     assert before_overwrite(unchanged, sites, "c", reads, 0) == "c"  # read but not changed
+    # a changed value that a later component reads again is no overwrite: it is what that one reads
+    later = {**held, "d": held["c"]}
+    assert before_overwrite(later, [*sites, "d"], "d", [*reads, np.array([True, False])], 0) == "d"
+    assert before_overwrite(later, [*sites, "d"], "d", [*reads, np.array([False, True])], 0) == "b"
     task, side, runs, features = _exact("tracr-hist", [4, 5])
     name = "hist_2_selector_width_attn_output"
     assert next(f for f in features if f["label"] == name)["exact_site"] == "blocks.0.hook_resid_mid"
@@ -198,3 +202,16 @@ def test_a_membership_logit_zero_to_within_rounding_has_no_counterfactual() -> N
     pairs = torch.cartesian_prod(two, more)
     decided = resolved.counterfactual(run, pairs[:, 0], pairs[:, 1])
     assert len(pairs) >= 16 and bool((decided != TIED).all()), decided
+
+
+def test_a_label_attention_adds_to_and_the_ffn_reads_is_settled_where_the_ffn_reads_it() -> None:
+    """Shin & Matzinger's solution 1: attention adds the previous token's category into the category coordinates
+    cat0..cat9, and the FFN reads the sum (the pair). The labels are variables at the site the FFN reads, not
+    input features skipped because attention changed them after reading them (before the rule about later
+    readers they were skipped as "input feature (set by the embedding)", and SIIT found nothing to map)."""
+    _, side, runs, features = _exact("sm-solution1", [4, 5])
+    sites = {f["label"]: f["exact_site"] for f in features}
+    assert all(sites[f"cat{c}"] == "blocks.0.hook_resid_mid" for c in range(10)), sites
+    variables, skipped = exact_variables(side, features, runs)
+    names = {v.name for v in variables}
+    assert {f"cat{c}" for c in range(10)} <= names, (names, skipped)

@@ -229,8 +229,11 @@ def before_overwrite(held: dict[str, np.ndarray], sites: list[str], reference: s
     """The site whose value of a label counts when a component reads the label and then changes it (tracr's
     selector width: the FFN reads ``hist_2_selector_width_attn_output`` and clears it at BOS, so the value it
     read exists only at ``hook_resid_mid``): the site before the first such component, where the label is not
-    zero; else ``reference``. ``held``: the label's values per site on one scale; ``reads[j]``: which
-    dimensions the component writing ``sites[j]`` reads (:func:`component_reads`)."""
+    zero; else ``reference``. A value that a later component reads again is no overwrite: Shin & Matzinger's
+    solution 1 adds the previous category into the category coordinates with attention, and its FFN reads the
+    sum (the pair), so the label counts as the sum, where ``reference`` holds it. ``held``: the label's values
+    per site on one scale; ``reads[j]``: which dimensions the component writing ``sites[j]`` reads
+    (:func:`component_reads`)."""
     scale = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in held.values()), default=0.0)
     tolerance = SETTLE_TOLERANCE * (1 + scale)
     for j in range(1, sites.index(reference) + 1):
@@ -239,7 +242,8 @@ def before_overwrite(held: dict[str, np.ndarray], sites: list[str], reference: s
             continue
         finite = np.isfinite(before) & np.isfinite(after)
         if np.abs(before[finite]).max(initial=0.0) > tolerance and \
-                np.abs(after[finite] - before[finite]).max(initial=0.0) > tolerance:
+                np.abs(after[finite] - before[finite]).max(initial=0.0) > tolerance and \
+                not any(later is not None and later[index] for later in reads[j + 1:]):
             return sites[j - 1]
     return reference
 
