@@ -320,3 +320,21 @@ def test_ray_refuses_a_request_no_node_can_hold(tmp_path):
     finally:
         ray.shutdown()
     assert not list((tmp_path / "out" / "jobs").iterdir())
+
+
+def test_workers_see_the_environment_of_their_sweep_not_of_an_earlier_one(tmp_path, monkeypatch):
+    """The forkserver starts with the first pool and forks every later worker from itself: a variable set after
+    it started reached no worker, so the killed-worker test above passed alone and failed after another sweep
+    in the same process (its crash variable never reached the worker). Each pool now hands its workers the
+    caller's environment."""
+    first = _spec(tmp_path, '[sweep]\nseeds = [0, 1]\n[[job]]\nverb = "verify"\nname = "first"\nlengths = "1:2"\n'
+                            'strings = 4\n')
+    el.sweep(str(first), out=str(tmp_path / "before"), workers=2)  # starts the forkserver
+    spec = _spec(tmp_path, '[sweep]\nseeds = [0, 1]\n[[job]]\nverb = "verify"\nname = "first"\nlengths = "1:3"\n'
+                           'strings = 5\n')
+    victim = next(j.id for j in parse_sweep(spec.read_text()).jobs if j.sweep_seed == 1)
+    monkeypatch.setenv("EXACTLENS_SWEEP_CRASH", victim)
+    out = tmp_path / "out"
+    el.sweep(str(spec), out=str(out), workers=2)
+    lost = json.loads((out / "jobs" / victim / "row.json").read_text())
+    assert lost["status"] == "failed" and "worker lost" in lost["error"], lost

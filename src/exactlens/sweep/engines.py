@@ -92,17 +92,14 @@ def run_local(units: list[list[Job]], root: Path, report: Report, workers: int |
         for unit in units:
             report(run_unit([j.to_dict() for j in unit], root))
         return
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    # Workers forked from a server that has imported torch and exactlens once (no import per worker, no
-    # torch thread pool inherited from this process); spawn where there is no forkserver (Windows).
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["torch", "exactlens.train.loop", "exactlens.sweep.runner"])
-    else:
-        context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_signals)
+    from exactlens.processes import environment_initializer, pool_context
+
+    # workers forked from a server that has imported torch and exactlens once, with this process's environment
+    context = pool_context(["torch", "exactlens.train.loop", "exactlens.sweep.runner"])
+    initializer, initargs = environment_initializer(_worker_signals)
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=initializer, initargs=initargs)
     try:
         futures = {pool.submit(_pool_unit, [j.to_dict() for j in unit], str(root)): unit
                    for unit in units}

@@ -134,7 +134,7 @@ def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Ca
     ``jobs`` processes; store the parts in ``ctx.prepared`` (read by ``ctx.part``) and return
     {builder: (sections, seconds, errors, settings)} for the whole builders. Errors and settings are
     merged where the page reads them, so they come in the same order as with one job."""
-    import multiprocessing
+    from exactlens.processes import environment_initializer, pool_context
 
     parts: dict[str, list[Callable]] = {}
     for builder in builders:
@@ -148,10 +148,10 @@ def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Ca
     items = slow + [("builder", slim, b, ()) for b in in_workers] + [i for i in constructions if i not in slow]
     if not items:
         return {}
-    context = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                                          else "spawn")
+    context = pool_context()
+    initializer, initargs = environment_initializer(_init_worker)
     results: dict[int, Any] = {}
-    with context.Pool(min(jobs, len(items)), initializer=_init_worker) as pool:  # exit: workers terminated
+    with context.Pool(min(jobs, len(items)), initializer=initializer, initargs=initargs) as pool:  # exit: terminated
         results = _run_all(pool, items, min(jobs, len(items)))
     whole = {}
     for index, result in results.items():
