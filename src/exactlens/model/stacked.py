@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from exactlens.errors import ExactLensError
+from exactlens.model.fastpath import FastPath
 from exactlens.model.transformer import ExactTransformer
 
 
@@ -128,9 +129,10 @@ class SingleRun:
     ``ExactTransformer.run`` with no mapping. Numerically the same computation as
     ``StackedRuns([model])``: the same operations on the same values (tests/train/test_single_run.py)."""
 
-    def __init__(self, model: ExactTransformer):
+    def __init__(self, model: ExactTransformer, fast: bool = True):
         self.models = [model]
         self.model = model
+        self.fast = FastPath(model) if fast else None
         self._own = dict(model.named_parameters())
         self._flags = {name: p.requires_grad for name, p in self._own.items()}
         self._shapes: set[tuple] = set()
@@ -161,8 +163,17 @@ class SingleRun:
             padded = check_drawn(model, tokens[0], checked, self._shapes)
         else:
             checked, padded = model._check_input(tokens[0], n_positions[0])
+        if self.fast is not None and model.training:
+            out = self.fast.readout(tokens[0], padded, readout_only)
+            if out is not None:
+                return out[None]
         logits = model.run(tokens[0], checked, padded, readout_only=readout_only)
         return model.select_readout(logits, checked)[None]
+
+    def use_flat(self, flat: FlatLeaves) -> None:
+        """The optimizer updates ``flat``: the hand-written readout gives it one gradient (model.fastpath)."""
+        if self.fast is not None:
+            self.fast.use_flat(flat.flat, flat.leaves)
 
     def sync(self) -> None:
         """Nothing to copy: the optimizer updates the model's own parameters."""
@@ -186,6 +197,8 @@ class SingleRun:
 
     def close(self) -> None:
         """Restore each parameter's requires_grad as the model had it (``freeze`` changes them)."""
+        if self.fast is not None:
+            self.fast.flat = None  # the flat buffer is released with the optimizer
         for name, p in self._own.items():
             p.requires_grad_(self._flags[name])
 

@@ -170,6 +170,8 @@ class _Optimized:
             self.scheduler = None
             return
         self.flat = flat_or_not(self.params)  # Adam updates one flat tensor (model.stacked.FlatLeaves)
+        if self.flat is not None and isinstance(self.runs, SingleRun):
+            self.runs.use_flat(self.flat)
         updated = [self.flat.flat] if self.flat is not None else self.params
         try:  # torch's fused Adam: one kernel for every parameter (1.10-1.15x a whole FIRST step at |w| = 10)
             self.optimizer = torch.optim.Adam(updated, lr=opts["lr"], fused=True)
