@@ -109,6 +109,13 @@ def test_what_it_does_not_cover_is_said(change, reason):
     assert fast_plan(unchanged, 9, True) == "padded words (keys masked)"
 
 
+def test_a_config_field_it_was_not_written_for_is_refused(monkeypatch):
+    model = model_of("first (post-LN, ReLU, features)", torch.float32)
+    assert not isinstance(fast_plan(model, 9, False), str)
+    monkeypatch.setattr(fastpath, "KNOWN_FIELDS", fastpath.KNOWN_FIELDS - {"use_attn_result"})
+    assert fast_plan(model, 9, False) == "config fields it was not written for: use_attn_result"
+
+
 def test_falls_back_to_the_model_where_it_does_not_apply(monkeypatch):
     model = model_of("first (post-LN, ReLU, features)", torch.float32)
     runs = SingleRun(model)
