@@ -221,3 +221,24 @@ def test_a_position_undefined_in_the_base_word_is_no_unit() -> None:
     # word 0: position 0 changed (1 against 0); position 1 undefined in the base: no unit. Word 1: position 1
     # changed (0 against 1); position 2 undefined in the base: no unit
     assert changed_units(task, pset.cf[0], truth, torch.tensor([3, 3])).tolist() == [1, 1]
+
+
+def test_an_exact_output_that_is_only_leak_is_no_answer() -> None:
+    """A compiled program's undefined output is the zero vector but for its attention's leak: the patched exact
+    model's argmax of that leak is no counterfactual answer (TIED), while a decided output is kept."""
+    from types import SimpleNamespace
+
+    from exactlens.analysis.diff.alignment.variables import TIED, UNDEFINED_OUTPUT, no_answer_where_tied
+
+    task = SimpleNamespace(kind="prediction", n_specials=1, symbol_offset=1, name="toy")
+    exact = SimpleNamespace(reader=SimpleNamespace(task=task, rule=None), exact=True,
+                            model=SimpleNamespace(cfg=SimpleNamespace(torch_dtype=torch.float64)))
+    outputs = torch.zeros(1, 4, 3, dtype=torch.float64)  # [BOS] + 3 symbol positions
+    outputs[0, 1] = torch.tensor([0.0, 1.0, 0.0])  # decided: class 1
+    outputs[0, 2] = torch.tensor([2e-5, 1e-6, 0.0])  # undefined, leak favours class 0
+    outputs[0, 3] = torch.tensor([0.0, 0.0, 0.5 * UNDEFINED_OUTPUT * 100])  # small but decided (0.05 of the largest)
+    decisions = outputs[:, 1:].argmax(-1)
+    got = no_answer_where_tied(exact, outputs, decisions)
+    assert got.tolist() == [[1, TIED, 2]]
+    trained = SimpleNamespace(**{**exact.__dict__, "exact": False})  # a trained model's outputs are decisions
+    assert no_answer_where_tied(trained, outputs, decisions).tolist() == [[1, 0, 2]]
