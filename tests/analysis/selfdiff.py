@@ -154,7 +154,7 @@ def judge(name: str, result: dict[str, Any]) -> dict[str, Any]:
         if not line.get("changed_pairs"):
             exempt[key] = "untestable: no test pair changes the answer through it"
             continue
-        if line["verdict"] == "in the input" and origin == "task":
+        if line["verdict"] == "in the input" and (origin == "task" or info.get("token_function")):
             exempt[key] = "in the input: the embedded tokens and positions carry it (a function of the token alone)"
             continue
         determined = (info.get("source_determined") or 0) >= 0.99
