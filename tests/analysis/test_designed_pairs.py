@@ -196,3 +196,49 @@ def test_cli_pairs_flag_text_and_errors(capsys: pytest.CaptureFixture[str]) -> N
     assert info.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--pairs" in last and "clever" in last and "designed" in last and "random" in last, last
+
+
+def test_a_position_undefined_in_the_base_word_is_no_unit() -> None:
+    """A base word's undefined answer (a compiled program's None) makes its position no unit, whatever the
+    counterfactual there: otherwise a swap that only makes an answer defined counts as a change."""
+    from types import SimpleNamespace
+
+    from exactlens.analysis.diff.alignment.designed import changed_units
+    from exactlens.analysis.diff.alignment.pairs import PairSet
+    from exactlens.tasks.base import UNDEFINED
+
+    truth = torch.tensor([[0, UNDEFINED, 1], [2, 1, UNDEFINED]])
+    run = SimpleNamespace(truth=truth)
+    cf = torch.tensor([[1, 2, 1], [2, 0, 0]])  # differs from the base (word 0) at positions 0 and 1
+    values = torch.tensor([[0.5, 0.25, 0.0], [1.0, 0.5, 0.75]])
+    pset = PairSet(run, torch.tensor([0, 1]), torch.tensor([1, 0]), [cf.clone(), values.clone()],
+                   [truth[[0, 1]], truth[[0, 1]]])
+    assert pset.cf[0].tolist() == [[1, UNDEFINED, 1], [2, 0, UNDEFINED]]
+    assert math.isnan(float(pset.cf[1][0, 1])) and math.isnan(float(pset.cf[1][1, 2]))
+    assert float(pset.cf[1][1, 1]) == 0.5
+    task = SimpleNamespace(kind="prediction", n_specials=0, target_mask=tasks.Task.target_mask.__get__(
+        SimpleNamespace(first_target=0)))
+    # word 0: position 0 changed (1 against 0); position 1 undefined in the base: no unit. Word 1: position 1
+    # changed (0 against 1); position 2 undefined in the base: no unit
+    assert changed_units(task, pset.cf[0], truth, torch.tensor([3, 3])).tolist() == [1, 1]
+
+
+def test_an_exact_output_that_is_only_leak_is_no_answer() -> None:
+    """A compiled program's undefined output is the zero vector but for its attention's leak: the patched exact
+    model's argmax of that leak is no counterfactual answer (TIED), while a decided output is kept."""
+    from types import SimpleNamespace
+
+    from exactlens.analysis.diff.alignment.variables import TIED, UNDEFINED_OUTPUT, no_answer_where_tied
+
+    task = SimpleNamespace(kind="prediction", n_specials=1, symbol_offset=1, name="toy")
+    exact = SimpleNamespace(reader=SimpleNamespace(task=task, rule=None), exact=True,
+                            model=SimpleNamespace(cfg=SimpleNamespace(torch_dtype=torch.float64)))
+    outputs = torch.zeros(1, 4, 3, dtype=torch.float64)  # [BOS] + 3 symbol positions
+    outputs[0, 1] = torch.tensor([0.0, 1.0, 0.0])  # decided: class 1
+    outputs[0, 2] = torch.tensor([2e-5, 1e-6, 0.0])  # undefined, leak favours class 0
+    outputs[0, 3] = torch.tensor([0.0, 0.0, 0.5 * UNDEFINED_OUTPUT * 100])  # small but decided (0.05 of the largest)
+    decisions = outputs[:, 1:].argmax(-1)
+    got = no_answer_where_tied(exact, outputs, decisions)
+    assert got.tolist() == [[1, TIED, 2]]
+    trained = SimpleNamespace(**{**exact.__dict__, "exact": False})  # a trained model's outputs are decisions
+    assert no_answer_where_tied(trained, outputs, decisions).tolist() == [[1, 0, 2]]

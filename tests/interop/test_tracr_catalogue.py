@@ -205,6 +205,11 @@ def test_an_intervention_without_a_class_is_undefined():
     ids = torch.tensor([[1, 2]])  # the word 2 3: counts of greater tokens 1, 0
     assert above.values(ids).tolist() == [[1, 0]]
     assert above.intervene(ids, torch.tensor([[0, 0]])).tolist() == [[UNDEFINED, UNDEFINED]]
+    # tokens 1 and 3 selected: RASP's mean is 2.0, a class, but the compiled categorical aggregate outputs half of
+    # each one-hot code, no class: undefined too (the self-diff's task variable `above` failed at 0.69 before)
+    ids = torch.tensor([[0, 2]])  # the word 1 3
+    assert above.intervene(ids, torch.tensor([[0, 0]])).tolist() == [[UNDEFINED, UNDEFINED]]
+    assert above.intervene(ids, torch.tensor([[1, 0]])).tolist() == [[2, 2]]  # only 3 selected: class index 2
     dedup = tasks.get("tracr-dedup")
     slot = next(v for v in dedup.variables() if v.name.startswith("slot"))
     ids = torch.tensor([[0, 1]])  # ab: both positions start a run; setting both slots to 0 selects a and b

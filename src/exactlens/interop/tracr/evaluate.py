@@ -11,7 +11,8 @@ written separately (tests compare the two on every word of every registered prog
 * SelectorWidth: the number of selected keys per query;
 * Aggregate: the mean of the selected values; one value: that value; none: the default;
   several non-numeric values are an error (RASP's aggregate averages numbers only), or None (undefined)
-  where SOps are set (an intervention may select what no word does).
+  where SOps are set (an intervention may select what no word does), as are several different values of a
+  categorical aggregate there.
 """
 
 from __future__ import annotations
@@ -24,13 +25,18 @@ from exactlens.interop.tracr import deps
 from exactlens.interop.tracr.program import child_fields
 
 
-def _mean(selected: list[Any], default: Any, where: str, intervened: bool = False) -> Any:
+def _mean(selected: list[Any], default: Any, where: str, intervened: bool = False, categorical: bool = False) -> Any:
     """Several non-numeric values: an error on a word, None (undefined) under an intervention, which may
-    select what no word does."""
+    select what no word does. Under an intervention a categorical aggregate that selects several different values
+    is None too, numbers or not: tracr compiles it to the mean of their one-hot codes, which is no value (RASP's
+    evaluator would average the numbers: tracr-max_element's tokens 1 and 3 selected give 2.0, a class the compiled
+    model never outputs there)."""
     if not selected:
         return default
     if len(selected) == 1:
         return selected[0]
+    if intervened and categorical and len(set(selected)) > 1:
+        return None
     if all(isinstance(v, (bool, int, float)) for v in selected):
         return sum(selected) / len(selected)
     if intervened:
@@ -96,8 +102,9 @@ class Evaluation:
             return [sum(row) for row in self(expr.selector)]
         if isinstance(expr, r.Aggregate):
             matrix, values = self(expr.selector), self(expr.sop)
+            categorical = bool(self.rasp.is_categorical(expr))
             return [_mean([v for s, v in zip(row, values, strict=True) if s], expr.default, expr.label,
-                          bool(self.overrides)) for row in matrix]
+                          bool(self.overrides), categorical) for row in matrix]
         raise ExactLensError(f"cannot evaluate {type(expr).__name__} {expr.label}")
 
 

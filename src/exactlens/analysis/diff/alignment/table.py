@@ -323,7 +323,8 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
                 progress(finished, len(sites))
     site_bar.close()
     readout = "CLS" if task.use_cls and exact.readout_position == 0 and not per_position else "readout"
-    return {"rows": rows, "skipped": skipped, "sites": sites, "variables": _describe(variables, determined),
+    return {"rows": rows, "skipped": skipped, "sites": sites,
+            "variables": _describe(variables, determined, prepared.token_functions),
             "settings": _settings(settings, trained), "split": split_notes, "solves": solves,
             "verdicts": _with_searches(verdicts.variable_verdicts(
                 rows, sites, readout, token_functions=prepared.token_functions), prepared, variables),
@@ -450,9 +451,14 @@ def _fit_steps(settings: Settings, all_warm: bool) -> int | None:
     return settings.warm_steps if settings.warm_steps is not None and all_warm else None
 
 
-def _describe(variables: list[HighLevel], determined: list[float] | None = None) -> list[dict[str, Any]]:
+def _describe(variables: list[HighLevel], determined: list[float] | None = None,
+              token_functions: frozenset = frozenset()) -> list[dict[str, Any]]:
+    """Each variable as the JSON lists it; ``token_function``: its value at each position is a function of the
+    token there (and the position) on every word of the diff, so "in the input" is its line's verdict where the
+    input realizes it (verdicts.variable_verdicts)."""
     return [{"variable": v.name, "origin": v.origin, "scope": v.scope,
-             "source_determined": None if determined is None else determined[i], **v.detail}
+             "source_determined": None if determined is None else determined[i],
+             "token_function": (v.origin, v.name) in token_functions, **v.detail}
             for i, v in enumerate(variables)]
 
 
