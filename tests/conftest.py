@@ -8,6 +8,10 @@ out one at a time in collection order. Three things here make that schedule shor
   quick report, a trained run, an installed plug-in) is put in that artefact's group, so one
   worker builds it once while the other runs other tests (scattered, both workers built it, or
   one waited for the other's build);
+* every test with a compiled RASP program in its parameters (``tracr-NAME`` in its id, e.g.
+  ``[tracr-sort_freq]``) is put in the group ``tracr-NAME``, the group of that program's tests in
+  tests/interop: compiling takes seconds and is cached per process (exactlens.interop.tracr.library),
+  so each program is compiled by one worker only;
 * the group names work at all: pytest-xdist 3.8 renames ``item._nodeid`` to add ``@group``, which
   pytest 9.2 no longer reads (it keeps the node id in ``item._id``), so without the repair below
   every group was silently ignored;
@@ -21,6 +25,7 @@ fixtures built on first use).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +47,7 @@ SLOWEST_FIRST = (
     "tests/test_compat.py::test_old_checkpoint_through_the_commands",
 )
 SCOPES = ("session", "package", "module")  # the shared ones, widest first
+COMPILED = re.compile(r"(?<![\w-])tracr-(\w+)")  # a compiled program's construction name in a parameter id
 
 
 def shared_fixture(item: pytest.Item) -> str | None:
@@ -58,10 +64,17 @@ def shared_fixture(item: pytest.Item) -> str | None:
     return min(found)[1] if found else None
 
 
+def compiled_program(item: pytest.Item) -> str | None:
+    """'tracr-NAME' when a parameter of ``item`` names the compiled program tracr-NAME, else None."""
+    callspec = getattr(item, "callspec", None)
+    found = COMPILED.search(callspec.id) if callspec is not None else None
+    return f"tracr-{found[1]}" if found else None
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        group = shared_fixture(item)
+        group = shared_fixture(item) or compiled_program(item)
         if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
 

@@ -1,5 +1,6 @@
 """The suite's schedule under pytest-xdist (tests/conftest.py): the users of a shared fixture run on one
-worker, which builds the fixture once. Run on a small made-up suite with this conftest, in two workers."""
+worker, which builds the fixture once, and so do the tests of one compiled program (tracr-NAME). Run on a
+small made-up suite with this conftest, in two workers."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def test_uses_shared(shared, k):
 @pytest.mark.parametrize("k", range(6))
 def test_plain(k):
     _ran(f"plain{k}")
+
+@pytest.mark.parametrize("name", ["tracr-toy:a", "tracr-toy:b", "tracr-toy:c"])
+def test_compiled(name):
+    _ran(f"compiled-{name}")
 '''
 
 
@@ -54,3 +59,6 @@ def test_the_users_of_a_shared_fixture_run_on_one_worker(tmp_path: Path) -> None
     assert len(users) == 1, rows
     assert [row["built"] for row in rows if "built" in row] == list(users), "built once, by the worker of its users"
     assert "test_uses_shared[0]@test_toy.shared" in done.stdout, "the group is in the test's id (xdist's loadgroup)"
+    compilers = {row["worker"] for row in rows if row.get("test", "").startswith("compiled-")}
+    assert len(compilers) == 1, "the tests of one compiled program (tracr-toy in their ids) run on one worker"
+    assert "test_compiled[tracr-toy:a]@tracr-toy" in done.stdout

@@ -86,11 +86,16 @@ def test_rotation_is_checked() -> None:
 # ----------------------------------------------------------------------------- DAS
 
 
-def test_exact_first_against_itself_and_a_rotated_copy() -> None:
+@pytest.fixture(scope="module")
+def exact_first_diff() -> dict:
+    """The exact FIRST against itself (FAST), computed once for the tests that read it (none changes it)."""
+    return diff(build("first", dtype="float64"), "first", lengths=FIRST_LENGTHS, **FAST)
+
+
+def test_exact_first_against_itself_and_a_rotated_copy(exact_first_diff: dict) -> None:
     model = build("first", dtype="float64")
     rotated = rotate_residual(model, random_rotation(model.cfg.d_model, torch.Generator().manual_seed(2)))
-    for candidate in (model, rotated):
-        result = diff(candidate, "first", lengths=FIRST_LENGTHS, **FAST)
+    for result in (exact_first_diff, diff(rotated, "first", lengths=FIRST_LENGTHS, **FAST)):
         json.dumps(result, allow_nan=False)
         summary = result["summary"]
         assert summary["mean_das_iia_changed_task"] == 1.0  # the task's counterfactuals: every variable found
@@ -116,9 +121,8 @@ def test_exact_first_against_itself_and_a_rotated_copy() -> None:
         assert verdicts["s"]["verdict"] == "indistinguishable from the answer" and verdicts["s"]["site"] is None
 
 
-def test_exact_first_localizes_the_and_label() -> None:
-    result = diff(build("first", dtype="float64"), "first", lengths=FIRST_LENGTHS, **FAST)
-    v = result["summary"]["verdicts"]["I[w_i=1 & i=1]"]
+def test_exact_first_localizes_the_and_label(exact_first_diff: dict) -> None:
+    v = exact_first_diff["summary"]["verdicts"]["I[w_i=1 & i=1]"]
     assert v["verdict"] == "computed" and v["site"] == "blocks.0.hook_mlp_out", v
 
 

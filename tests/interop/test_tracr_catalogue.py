@@ -95,7 +95,15 @@ def test_program_is_its_task_on_every_word(name):
             assert task.target(word) == [None if v == UNDEFINED else v for v in encoded(task, expected)]
 
 
-@pytest.mark.parametrize("name", NAMES)
+def _one_compile(names, slow=()) -> list:
+    """``names`` (and ``slow``, marked slow) as parameters in the xdist group of their program, the group of
+    tests/interop/test_tracr.py: a worker compiles a program once (exactlens.interop.tracr.library caches it
+    per process), so the tests that compile it go to one worker."""
+    return [pytest.param(n, marks=[pytest.mark.xdist_group(f"tracr-{n}"), *([pytest.mark.slow] if n in slow else [])])
+            for n in [*names, *slow]]
+
+
+@pytest.mark.parametrize("name", _one_compile(NAMES))
 def test_verify_is_exact_at_every_defined_position(name):
     """The compiled model, decided at the target positions only, is right on every word (verify is exhaustive
     up to max_seq_len)."""
@@ -119,18 +127,28 @@ def test_undefined_positions_are_no_targets_wherever_they_are():
         assert decisions.shape == ids.shape  # a decision at every position, undefined ones too
 
 
-@pytest.mark.parametrize("name", ["trend", "dedup", "max_element",  # the end, the middle, no class under a swap
-                                  *(pytest.param(n, marks=pytest.mark.slow) for n in ("neighbour_sum", "pair_lookup"))])
+SMALL_DAS = ["--das-steps", "10", "--das-max-dim", "1", "--alignment-pairs", "16", "--no-untrained-baseline"]
+"""DAS sized to what the self-diff checks: that every part runs with undefined outputs (the alignment's pairs,
+fits and scores read only target positions) and the copies agree, not how well DAS aligns. Subspace size 1
+(and a variable's own), 16 test pairs a variable, no untrained baseline (the same fit on another model): 24 s
+of CPU for dedup instead of 51 s (one process with its imports, load ~11, 2026-11-28). The slow programs keep
+the full-size DAS of before (default sizes, untrained baseline), so -m slow still runs it on undefined outputs."""
+SLOW_SELF_DIFF = ("neighbour_sum", "pair_lookup")
+
+
+@pytest.mark.parametrize("name", _one_compile(["trend", "dedup", "max_element"],  # the end, the middle, no class
+                                              slow=SLOW_SELF_DIFF))                 # under a swap
 def test_self_diff_runs_with_undefined_outputs(name, capsys):
-    """`exactlens diff tracr-NAME --against tracr-NAME --lengths 2:4 --strings 16 --das-steps 10` runs, in
-    process, and the two copies agree everywhere (max_element: its interventions give outputs that are no
-    class, below)."""
+    """`exactlens diff tracr-NAME --against tracr-NAME --lengths 2:4 --strings 16` with a small DAS (SMALL_DAS)
+    runs, in process, and the two copies agree everywhere (max_element: its interventions give outputs that
+    are no class, below)."""
     import json
 
     from exactlens.cli import main
 
+    das = ["--das-steps", "10"] if name in SLOW_SELF_DIFF else SMALL_DAS
     assert main(["diff", f"tracr-{name}", "--against", f"tracr-{name}", "--lengths", "2:4", "--strings", "16",
-                 "--das-steps", "10", "--json"]) == 0
+                 *das, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["agreement"] == summary["per_position_agreement"] == summary["exact_accuracy"] == 1.0
 
