@@ -96,3 +96,26 @@ def test_a_one_hot_group_with_leaking_members_is_one_variable():
                                                          for k in circuit.mapping)
     site = circuit.mapping["reverse_6:*"]
     assert site["hook"] == "blocks.3.hook_attn_out" and len(site["dims"]) == 3
+
+
+def test_effective_rows_draw_each_variables_share_from_its_effective_pairs():
+    from exactlens.train.siit import effective_rows
+
+    rows, assign = torch.arange(100), torch.tensor([0, 1] * 50)
+    effective = [torch.tensor([500, 501]), torch.tensor([], dtype=torch.long)]
+    every = effective_rows(np.random.default_rng(0), rows, assign, effective, 1.0)
+    assert set(every[assign == 0].tolist()) == {500, 501}  # all of variable 0's rows from its two effective pairs
+    assert every[assign == 1].tolist() == rows[assign == 1].tolist()  # no effective pair: its rows kept
+    half = effective_rows(np.random.default_rng(0), rows, assign, effective, 0.5)
+    moved = int((half[assign == 0] >= 500).sum())
+    assert 10 < moved < 40  # about half of 50
+    assert effective_rows(np.random.default_rng(0), rows, assign, effective, 0.0).tolist() == rows.tolist()
+
+
+def test_effective_pairs_are_those_whose_swap_changes_the_exact_answer(first_loss):
+    circuit = first_loss.circuit
+    for pairs, effective in zip(circuit.train_pairs, first_loss.effective):
+        for v, idx in enumerate(effective):
+            changed = pairs.cf[v] != pairs.base_answers[v]  # FIRST: one decision per word
+            assert sorted(idx.tolist()) == torch.nonzero(changed).flatten().tolist()
+    assert sum(len(e[0]) for e in first_loss.effective) > 0
