@@ -119,3 +119,18 @@ def test_effective_pairs_are_those_whose_swap_changes_the_exact_answer(first_los
             changed = pairs.cf[v] != pairs.base_answers[v]  # FIRST: one decision per word
             assert sorted(idx.tolist()) == torch.nonzero(changed).flatten().tolist()
     assert sum(len(e[0]) for e in first_loss.effective) > 0
+
+
+def test_a_presets_siit_defaults_apply_with_siit_only_and_the_users_options_win():
+    import dataclasses
+
+    from exactlens.errors import ExactLensError
+    from exactlens.train.presets import Preset, get_preset
+
+    first = dataclasses.replace(get_preset("first"), siit_defaults={"epochs": 7, "siit_effective": 0.5})
+    assert first.resolve({"siit": True})["epochs"] == 7 and first.resolve({"siit": True})["siit_effective"] == 0.5
+    plain = first.resolve({})
+    assert plain["epochs"] == get_preset("first").resolve({})["epochs"] and plain["siit_effective"] == 0.0
+    assert first.resolve({"siit": True, "epochs": 3})["epochs"] == 3
+    with pytest.raises(ExactLensError, match=r"defaults for \['epochz'\]"):
+        Preset(name="p", task="first", paper="-", summary="-", config=lambda t, o: None, siit_defaults={"epochz": 3})
