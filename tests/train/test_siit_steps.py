@@ -114,7 +114,7 @@ def test_effective_rows_draw_each_variables_share_from_its_effective_pairs():
 
 def test_effective_pairs_are_those_whose_swap_changes_the_exact_answer(first_loss):
     circuit = first_loss.circuit
-    for pairs, effective in zip(circuit.train_pairs, first_loss.effective):
+    for pairs, effective in zip(circuit.train_pairs, first_loss.effective, strict=True):
         for v, idx in enumerate(effective):
             changed = pairs.cf[v] != pairs.base_answers[v]  # FIRST: one decision per word
             assert sorted(idx.tolist()) == torch.nonzero(changed).flatten().tolist()

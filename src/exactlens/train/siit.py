@@ -323,7 +323,7 @@ def effective_pairs(task: tasks.Task, pairs: Any, pair_sets: list[Any]) -> list[
     tol = regression_tolerance(task, pair_sets)
     n_base = pairs.run.n_positions[pairs.base]
     return [torch.nonzero(~same(task, cf, base, n_base, tol) & _targets_kept(cf)).flatten()
-            for cf, base in zip(pairs.cf, pairs.base_answers)]
+            for cf, base in zip(pairs.cf, pairs.base_answers, strict=True)]
 
 
 def effective_rows(rng: np.random.Generator, rows: torch.Tensor, assign: torch.Tensor,
