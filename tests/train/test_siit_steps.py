@@ -134,3 +134,15 @@ def test_a_presets_siit_defaults_apply_with_siit_only_and_the_users_options_win(
     assert first.resolve({"siit": True, "epochs": 3})["epochs"] == 3
     with pytest.raises(ExactLensError, match=r"defaults for \['epochz'\]"):
         Preset(name="p", task="first", paper="-", summary="-", config=lambda t, o: None, siit_defaults={"epochz": 3})
+
+
+def test_majority_trains_with_siit_from_its_registered_defaults():
+    """``train majority --siit`` alone: the preset's SIIT defaults give it the width its 21 mapped variables need
+    (the paper's d_model 8 is too narrow: siit_map refuses more coordinates than d_model) and effective pairs;
+    without --siit the paper's defaults stand."""
+    from exactlens.train.presets import get_preset
+
+    preset = get_preset("majority")
+    siit, plain = preset.resolve({"siit": True}), preset.resolve({})
+    assert siit["siit_effective"] == 0.5 and siit["siit_iit_variables"] == 0 and siit["d_model"] >= 21
+    assert siit["train_length"] == (1, 12) and plain["d_model"] == 8 and plain["siit_effective"] == 0.0
