@@ -18,7 +18,9 @@ training loop (exactlens.train.loop), on a batch of (base, source) pairs of word
   counterfactual``: the exact model with the variable's residual coordinates swapped). One variable per
   step trains majority's 21 variables about 29 steps each in 600; all of them per step trained FIRST's seed 0
   with its last FFN carrying the answer (resampling it moved 57 % of the decisions; seed 1 and one variable
-  per step: 0 %), so the default stays one;
+  per step: 0 %), so the default stays one. ``siit_effective`` (default 0) draws that share of each variable's
+  rows from its effective pairs (``effective_pairs``: the swap changes the exact answer), without which
+  majority's swaps of one fraction of 20 mostly teach nothing (docs/siit.md "Effective pairs");
 * strictness loss (weight ``siit_strict_weight``): every unmapped component output (a whole
   ``hook_attn_out``/``hook_mlp_out``, or the part of a mapped one outside its variables' subspaces and
   positions) is resample-ablated with probability 1/2 (at least one per step) and the output is trained
