@@ -33,16 +33,25 @@ from typing import Any
 from exactlens.jsonio import dumps
 from exactlens.outputs import write_text
 
-SHORT = dict(strings_per_epoch=64, batch_size=64, test_strings=200, eval_every=0, lr=3e-3)
-TRACR = dict(test_strings=200, eval_every=0, train_length=(1, 5), test_length=(1, 5))  # else the task defaults
+MEASURE = dict(test_strings=200, eval_every=0)  # every case: a small test set, no evaluation during training
+SHORT = dict(MEASURE, strings_per_epoch=64, batch_size=64, lr=3e-3)
+TRACR = dict(MEASURE, train_length=(1, 5), test_length=(1, 5))  # else the task defaults
+
+
+def registered(name: str) -> dict[str, Any]:
+    """A case trained with its preset's per-task SIIT defaults (``Preset.siit_defaults``: what ``exactlens train
+    NAME --siit`` uses), measured on the small test set."""
+    from exactlens.train import get_preset
+
+    return dict(get_preset(name).siit_defaults, **MEASURE)
+
+
 CASES: dict[str, dict[str, Any]] = {
-    "first": dict(SHORT, epochs=300, train_length=(1, 8), test_length=(1, 8)),
+    "first": registered("first"),
     "parity": dict(SHORT, epochs=1500, train_length=(1, 8), test_length=(1, 8)),
     "dyck1": dict(SHORT, epochs=2000, train_length=(1, 8), test_length=(1, 8)),
     "induction-recent": dict(SHORT, epochs=2000, train_length=(1, 8), test_length=(1, 8)),
-    "majority": dict(strings_per_epoch=128, batch_size=128, test_strings=200, eval_every=0, lr=1e-2,
-                     lr_schedule="constant", epochs=600, train_length=(1, 12), test_length=(1, 12), d_model=32,
-                     siit_iit_variables=0),
+    "majority": registered("majority"),
     "tracr-hist": dict(TRACR, epochs=300),
     "tracr-count_token": dict(TRACR, epochs=300),
     "tracr-reverse": dict(TRACR, epochs=300),
@@ -100,7 +109,7 @@ def run_case(name: str, settings: dict[str, Any], out: Path, threads: int, with_
 
     row: dict[str, Any] = {"case": name, "settings": {k: list(v) if isinstance(v, tuple) else v
                                                       for k, v in settings.items()}, "load_start": load()}
-    options = dict(settings, threads=threads, seed=0, overwrite=True)
+    options = dict({"seed": 0}, **settings, threads=threads, overwrite=True)  # seed 0 unless --set seed=N
     start, cpu = time.perf_counter(), time.process_time()
     siit = train(name, siit=True, out=out / name / "siit", **options)
     row["siit_seconds"] = round(time.perf_counter() - start, 1)

@@ -96,3 +96,53 @@ def test_a_one_hot_group_with_leaking_members_is_one_variable():
                                                          for k in circuit.mapping)
     site = circuit.mapping["reverse_6:*"]
     assert site["hook"] == "blocks.3.hook_attn_out" and len(site["dims"]) == 3
+
+
+def test_effective_rows_draw_each_variables_share_from_its_effective_pairs():
+    from exactlens.train.siit import effective_rows
+
+    rows, assign = torch.arange(100), torch.tensor([0, 1] * 50)
+    effective = [torch.tensor([500, 501]), torch.tensor([], dtype=torch.long)]
+    every = effective_rows(np.random.default_rng(0), rows, assign, effective, 1.0)
+    assert set(every[assign == 0].tolist()) == {500, 501}  # all of variable 0's rows from its two effective pairs
+    assert every[assign == 1].tolist() == rows[assign == 1].tolist()  # no effective pair: its rows kept
+    half = effective_rows(np.random.default_rng(0), rows, assign, effective, 0.5)
+    moved = int((half[assign == 0] >= 500).sum())
+    assert 10 < moved < 40  # about half of 50
+    assert effective_rows(np.random.default_rng(0), rows, assign, effective, 0.0).tolist() == rows.tolist()
+
+
+def test_effective_pairs_are_those_whose_swap_changes_the_exact_answer(first_loss):
+    circuit = first_loss.circuit
+    for pairs, effective in zip(circuit.train_pairs, first_loss.effective, strict=True):
+        for v, idx in enumerate(effective):
+            changed = pairs.cf[v] != pairs.base_answers[v]  # FIRST: one decision per word
+            assert sorted(idx.tolist()) == torch.nonzero(changed).flatten().tolist()
+    assert sum(len(e[0]) for e in first_loss.effective) > 0
+
+
+def test_a_presets_siit_defaults_apply_with_siit_only_and_the_users_options_win():
+    import dataclasses
+
+    from exactlens.errors import ExactLensError
+    from exactlens.train.presets import Preset, get_preset
+
+    first = dataclasses.replace(get_preset("first"), siit_defaults={"epochs": 7, "siit_effective": 0.5})
+    assert first.resolve({"siit": True})["epochs"] == 7 and first.resolve({"siit": True})["siit_effective"] == 0.5
+    plain = first.resolve({})
+    assert plain["epochs"] == get_preset("first").resolve({})["epochs"] and plain["siit_effective"] == 0.0
+    assert first.resolve({"siit": True, "epochs": 3})["epochs"] == 3
+    with pytest.raises(ExactLensError, match=r"defaults for \['epochz'\]"):
+        Preset(name="p", task="first", paper="-", summary="-", config=lambda t, o: None, siit_defaults={"epochz": 3})
+
+
+def test_majority_trains_with_siit_from_its_registered_defaults():
+    """``train majority --siit`` alone: the preset's SIIT defaults give it the width its 21 mapped variables need
+    (the paper's d_model 8 is too narrow: siit_map refuses more coordinates than d_model) and effective pairs;
+    without --siit the paper's defaults stand."""
+    from exactlens.train.presets import get_preset
+
+    preset = get_preset("majority")
+    siit, plain = preset.resolve({"siit": True}), preset.resolve({})
+    assert siit["siit_effective"] == 0.5 and siit["siit_iit_variables"] == 0 and siit["d_model"] >= 21
+    assert siit["train_length"] == (1, 12) and plain["d_model"] == 8 and plain["siit_effective"] == 0.0

@@ -136,6 +136,9 @@ class TrainOptions:
                                      "swaps per step, each on its share of the step's pairs (0: all of them; "
                                      "docs/siit.md)")
     siit_pairs: int = option(64, kind=Int(1), help="with --siit: (base, source) pairs per step for each SIIT loss")
+    siit_effective: float = option(0.0, kind=Float(0, 1), help="with --siit: the share of each variable's IIT pairs "
+                                   "drawn from its effective ones (the exact model's answer changes under the swap; "
+                                   "docs/siit.md); 0: pairs drawn at random")
     scaled: bool = _declared(False, kind=Bool(), help="attention scores times log n in every layer (the "
                              "length-dependent scaling of Chiang & Cholak eq. 2)")
     layer_norm: str = _declared("full", kind=OneOf(LAYER_NORM_CHOICES), help="'full' (layer norm where the preset "

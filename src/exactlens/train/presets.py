@@ -66,9 +66,12 @@ class Preset:
     null_fields: tuple[str, ...] = ()  # history fields always null (kept for readers of older records)
     losses: LossShortcut | None = None  # the training loss computed another way (exact; see LossShortcut)
     complete: Callable[[Options], None] | None = None  # fills derived defaults before validation
+    # defaults that replace ``defaults`` when the run trains with SIIT (siit=True): the settings measured to meet
+    # SIIT's targets for this task (docs/siit.md "Per-task SIIT defaults"); the user's options still win
+    siit_defaults: Options = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.defaults) - set(OPTION_DOCS) - set(self.options))
+        unknown = sorted((set(self.defaults) | set(self.siit_defaults)) - set(OPTION_DOCS) - set(self.options))
         if unknown:
             raise ExactLensError(f"preset {self.name!r}: defaults for {unknown}, which are neither training options "
                                  "(exactlens.train.options.TrainOptions) nor the preset's own (options)")
@@ -85,7 +88,8 @@ class Preset:
             raise ExactLensError(
                 f"unknown training options {unknown} for {self.name!r}; allowed: {', '.join(sorted(allowed))}"
             )
-        resolved = {**GENERIC_DEFAULTS, **SHARED_OPTIONS, **self.defaults, **options}
+        siit = self.siit_defaults if options.get("siit", self.defaults.get("siit")) else {}
+        resolved = {**GENERIC_DEFAULTS, **SHARED_OPTIONS, **self.defaults, **siit, **options}
         for key, value in SHARED_OPTIONS.items():
             if key not in self.options and resolved[key] != value:
                 raise ExactLensError(

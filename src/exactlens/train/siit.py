@@ -18,7 +18,9 @@ training loop (exactlens.train.loop), on a batch of (base, source) pairs of word
   counterfactual``: the exact model with the variable's residual coordinates swapped). One variable per
   step trains majority's 21 variables about 29 steps each in 600; all of them per step trained FIRST's seed 0
   with its last FFN carrying the answer (resampling it moved 57 % of the decisions; seed 1 and one variable
-  per step: 0 %), so the default stays one;
+  per step: 0 %), so the default stays one. ``siit_effective`` (default 0) draws that share of each variable's
+  rows from its effective pairs (``effective_pairs``: the swap changes the exact answer), without which
+  majority's swaps of one fraction of 20 mostly teach nothing (docs/siit.md "Effective pairs");
 * strictness loss (weight ``siit_strict_weight``): every unmapped component output (a whole
   ``hook_attn_out``/``hook_mlp_out``, or the part of a mapped one outside its variables' subspaces and
   positions) is resample-ablated with probability 1/2 (at least one per step) and the output is trained
@@ -315,6 +317,31 @@ def _batch(pairs: Any, rows: torch.Tensor, device: Any) -> _Batch:
     return _Batch(tokens, torch.cat([run.n_positions[b], run.n_positions[s]]).to(device), pairs, rows)
 
 
+def effective_pairs(task: tasks.Task, pairs: Any, pair_sets: list[Any]) -> list[torch.Tensor]:
+    """Per variable, the indices of ``pairs`` whose swap changes the exact model's answer (the counterfactual
+    differs from the base answer, ties left out): the diff's effective pairs (exactlens.analysis.diff.alignment.
+    designed), found among the drawn pairs."""
+    same = provided("siit_side").same_decisions
+    tol = regression_tolerance(task, pair_sets)
+    n_base = pairs.run.n_positions[pairs.base]
+    return [torch.nonzero(~same(task, cf, base, n_base, tol) & _targets_kept(cf)).flatten()
+            for cf, base in zip(pairs.cf, pairs.base_answers, strict=True)]
+
+
+def effective_rows(rng: np.random.Generator, rows: torch.Tensor, assign: torch.Tensor,
+                   effective: list[torch.Tensor], share: float) -> torch.Tensor:
+    """``rows`` with about ``share`` of each variable's rows (``assign``) replaced by pairs drawn at random from
+    that variable's effective ones (``effective``; a variable with none keeps its rows)."""
+    rows = rows.clone()
+    swap = torch.as_tensor(rng.random(len(rows)) < share)
+    for v in sorted(set(assign[swap].tolist())):
+        pool = effective[v]
+        if len(pool):
+            at = torch.nonzero(swap & (assign == v)).flatten()
+            rows[at] = pool[torch.as_tensor(rng.integers(len(pool), size=len(at)))]
+    return rows
+
+
 class SIITLoss:
     """The IIT and strictness losses of one fit (module docstring), as a ``penalty(params, opts) -> [R]``."""
 
@@ -324,21 +351,27 @@ class SIITLoss:
         self.rng = np.random.default_rng(PAIR_SEED)
         sizes = np.array([len(p.base) for p in circuit.train_pairs], dtype=float)
         self.weights = sizes / sizes.sum()
+        self.effective = [effective_pairs(circuit.task, p, circuit.train_pairs) for p in circuit.train_pairs]
 
     def __call__(self, params: dict[str, torch.Tensor], opts: dict[str, Any]) -> torch.Tensor:
         total = self.previous(params, opts) if self.previous is not None else 0.0
         circuit, task = self.circuit, self.circuit.task
         device = next(iter(params.values())).device
-        pairs = circuit.train_pairs[self.rng.choice(len(circuit.train_pairs), p=self.weights)]
+        which = int(self.rng.choice(len(circuit.train_pairs), p=self.weights))
+        pairs = circuit.train_pairs[which]
         rows = torch.as_tensor(self.rng.choice(len(pairs.base), size=min(opts["siit_pairs"], len(pairs.base)),
                                                replace=False))
+        assign = None
+        if opts["siit_iit_weight"]:
+            assign = assign_variables(self.rng, len(circuit.variables), len(rows), opts["siit_iit_variables"])
+            if opts["siit_effective"]:
+                rows = effective_rows(self.rng, rows, assign, self.effective[which], opts["siit_effective"])
         batch = _batch(pairs, rows, device)
         n_base = batch.n_positions[:batch.size]
         width, d_model = batch.tokens.shape[1], self.spec.config.d_model
         # IIT: the step's variables, each swapped from the source on its own share of the pairs; the exact
         # model's counterfactual answer of that swap
-        if opts["siit_iit_weight"]:
-            assign = assign_variables(self.rng, len(circuit.variables), batch.size, opts["siit_iit_variables"])
+        if assign is not None:
             every = torch.stack([pairs.cf[v][rows] for v in range(len(circuit.variables))])
             cf = every[assign, torch.arange(batch.size)]  # each pair's own variable's counterfactual
             keep = _targets_kept(cf)

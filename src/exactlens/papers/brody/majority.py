@@ -136,6 +136,10 @@ MAJORITY_PRESET = Preset(
     validate=_validate,
     metrics=(QUERY_ANGLE,),
     null_fields=("test_attn_first",),  # every record had it before metrics were per preset
+    # with --siit: 21 mapped variables need d_model >= 21; all of them per step, half of each one's pairs effective
+    # (docs/siit.md "Effective pairs": interchange accuracy >= 0.95, resample change <= 0.05 measured)
+    siit_defaults=dict(strings_per_epoch=128, batch_size=128, lr=1e-2, epochs=1500,  # lr_schedule: the preset's linear
+                       train_length=(1, 12), test_length=(1, 12), d_model=32, siit_iit_variables=0, siit_effective=0.5),
 )
 
 
