@@ -57,7 +57,8 @@ def fit_sites(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[Pair
               ) -> list[tuple[torch.Tensor, list[str], list[dict[str, Any]]]]:
     """:func:`fit_stage` by increasing k: the fits of each cell (variable, positions) with its smallest k
     first, then the next k only for the cells whose best validation IIA so far is below 1 - DIM_TOLERANCE
-    (choose_dim would pick that smaller k whatever a larger one scored). A fit not run gets a zero
+    (choose_dim would pick that smaller k whatever a larger one scored) or whose fits that reach it fit fewer than
+    CONVERGED_IIA of their training pairs (scored here, ``training_iia`` in their scores). A fit not run gets a zero
     projector, start "skipped" and the scores SKIPPED. ``staged=False``: every k at once (a timeline,
     whose later models start from every k's subspace)."""
     def cell(fit: Fit) -> tuple[int, str]:
