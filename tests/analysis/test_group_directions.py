@@ -42,3 +42,14 @@ def test_group_directions_of_doubled_labels() -> None:
     ordered = group_directions(own)
     for a, b in itertools.permutations(range(3), 2):
         assert torch.allclose(_swap(own[:, a], own[:, b], ordered[:, :2]), own[:, b], atol=1e-12)
+
+
+def test_a_k_that_passes_validation_but_not_its_training_pairs_is_not_chosen() -> None:
+    """choose_dim: of the dimensions within DIM_TOLERANCE of the best validation IIA, the smallest whose fit also
+    fits its training pairs (tracr-max_element's answer: k = 1 right on every validation pair, 0.78 on training)."""
+    from exactlens.analysis.diff.alignment.fit import choose_dim
+
+    assert choose_dim({1: 1.0, 2: 1.0}) == 1  # nothing known about training: the smallest, as before
+    assert choose_dim({1: 1.0, 2: 1.0}, {1: 0.78, 2: 1.0}) == 2
+    assert choose_dim({1: 1.0, 2: 0.9}, {1: 0.78, 2: 1.0}) == 1  # k = 2 is not near the best on validation
+    assert choose_dim({1: 1.0, 2: 1.0, 3: 1.0}, {1: 0.5, 2: 0.8, 3: None}) == 1  # none fits: the old rule

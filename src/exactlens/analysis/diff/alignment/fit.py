@@ -27,6 +27,7 @@ from exactlens.analysis.diff.alignment.starts import (
     variable_dim,
 )
 from exactlens.analysis.diff.alignment.variables import TIED, HighLevel
+from exactlens.analysis.diff.alignment.verdicts import CONVERGED_IIA
 from exactlens.analysis.diff.runs import Side
 from exactlens.tasks import kinds
 
@@ -56,7 +57,8 @@ def fit_sites(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[Pair
               ) -> list[tuple[torch.Tensor, list[str], list[dict[str, Any]]]]:
     """:func:`fit_stage` by increasing k: the fits of each cell (variable, positions) with its smallest k
     first, then the next k only for the cells whose best validation IIA so far is below 1 - DIM_TOLERANCE
-    (choose_dim would pick that smaller k whatever a larger one scored). A fit not run gets a zero
+    (choose_dim would pick that smaller k whatever a larger one scored) or whose fits that reach it fit fewer than
+    CONVERGED_IIA of their training pairs (scored here, ``training_iia`` in their scores). A fit not run gets a zero
     projector, start "skipped" and the scores SKIPPED. ``staged=False``: every k at once (a timeline,
     whose later models start from every k's subspace)."""
     def cell(fit: Fit) -> tuple[int, str]:
@@ -74,11 +76,17 @@ def fit_sites(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[Pair
         if not live:
             break
         sub = [_restrict(jobs[j], chosen[j]) for j in live]
-        for j, (projector, started, scores) in zip(live, fit_stage(task, side, sub, train, select, settings,
-                                                                   generator, caches), strict=True):
+        for j, job, (projector, started, scores) in zip(live, sub, fit_stage(task, side, sub, train, select, settings,
+                                                                             generator, caches), strict=True):
+            reached = [m for m in range(len(chosen[j])) if (scores[m]["iia"] or 0.0) >= 1 - DIM_TOLERANCE]
+            if staged and reached:  # a k that passes few validation pairs must also fit its training pairs
+                held = score_group(task, side, job.site, [job.fits[m] for m in reached], train, projector[reached],
+                                   caches[job.site])
+                for m, got in zip(reached, held, strict=True):
+                    scores[m]["training_iia"] = got["iia_changed"] if got["iia_changed"] is not None else got["iia"]
             for m, n in enumerate(chosen[j]):
                 out[j][0][n], out[j][1][n], out[j][2][n] = projector[m], started[m], scores[m]
-                if (scores[m]["iia"] or 0.0) >= 1 - DIM_TOLERANCE:
+                if m in reached and (not staged or (scores[m]["training_iia"] or 0.0) >= CONVERGED_IIA):
                     done[j].add(cell(jobs[j].fits[n]))
     return out
 
@@ -320,11 +328,17 @@ def variable_dims(variables: list[HighLevel], cells: list[tuple[int, str]], side
 DIM_TOLERANCE = 0.01
 
 
-def choose_dim(by_dim: dict[int, float | None]) -> int:
-    """The smallest dimension whose validation IIA is within DIM_TOLERANCE of the best."""
+def choose_dim(by_dim: dict[int, float | None], training: dict[int, float | None] | None = None) -> int:
+    """The smallest dimension whose validation IIA is within DIM_TOLERANCE of the best; of those, where
+    ``training`` (IIA on the training pairs, per dimension) says some fit them (>= CONVERGED_IIA), the smallest
+    of these: a small validation split can pass a k too small for the variable (tracr-max_element's answer at
+    blocks.1.hook_attn_out: k = 1 right on every validation pair, 0.78 on its training pairs, while k = 2 fits
+    both)."""
     scored = [v for v in by_dim.values() if v is not None]
     if not scored:
         return min(by_dim)
     best = max(scored)
-    return min(k for k, v in by_dim.items() if v is not None and v >= best - DIM_TOLERANCE)
+    near = [k for k, v in by_dim.items() if v is not None and v >= best - DIM_TOLERANCE]
+    fitted = [k for k in near if ((training or {}).get(k) or 0.0) >= CONVERGED_IIA]
+    return min(fitted or near)
 

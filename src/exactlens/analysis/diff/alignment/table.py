@@ -297,7 +297,8 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
                 index = {f.dim: j for j, f in enumerate(job.fits) if (f.variable, f.positions) == (i, pos)}
                 index = {k: j for k, j in index.items() if "skipped" not in val_scores[j]}
                 by_dim = {k: val_scores[j]["iia"] for k, j in index.items()}
-                chosen.append((choose_dim(by_dim), by_dim, index))
+                training = {k: val_scores[j].get("training_iia") for k, j in index.items()}
+                chosen.append((choose_dim(by_dim, training), by_dim, index))
             picked_index = [c[2][c[0]] for c in chosen]
             picked = [job.fits[j] for j in picked_index]
             proj = projector[picked_index]
