@@ -12,12 +12,13 @@ import pytest
 from exactlens.errors import ExactLensError
 from exactlens.viz.page import build_report
 
-NAMES = ["first", "one"]  # two papers' sections (Chiang & Cholak, Nowak), circuit discovery on both
+# three papers' sections (Chiang & Cholak, Nowak, Shin & Matzinger: its declared parts), circuit discovery on two
+NAMES = ["first", "one", "sm-solution1"]
 TIMES = [re.compile(r"\d+\.\d+ \+ \d+\.\d+"),  # the discovery table's seconds
          re.compile(r"\d+(?:\.\d+)? s\b"),  # seconds in a text (a construction's, a training's)
          re.compile(r"<td>\d+\.\d</td>")]  # a table's seconds column (one decimal; other numbers have 3-4)
 VIEW_ID = re.compile(r"circuits-vis-[0-9a-f-]+")
-SECONDS = {"seconds", "faithfulness_seconds", "timings", "work_seconds", "jobs", "made"}
+SECONDS = {"seconds", "faithfulness_seconds", "timings", "work_seconds", "cpu_timings", "tasks", "jobs", "made"}
 
 
 def _without_times(value):
@@ -57,8 +58,24 @@ def test_two_jobs_write_the_pages_of_one(reports: dict[int, Path]) -> None:
             assert (one / rel).read_bytes() == (two / rel).read_bytes(), rel
     made = json.loads((two / "data" / "report.json").read_text(encoding="utf-8"))
     assert made["jobs"] == 2 and "parallel_work" in made["timings"]
-    assert set(made["work_seconds"]) == {"construction_section", "discovery_rows"}
+    assert set(made["work_seconds"]) == {"construction_section", "discovery_rows", "shin_matzinger_part"}
     assert "with 2 processes" in (two / "index.html").read_text(encoding="utf-8")
+
+
+def test_each_worker_task_is_timed(reports: dict[int, Path]) -> None:
+    """report.json lists every task of the workers with its wall and CPU seconds: one per construction, one per
+    declared part (the Shin & Matzinger section's checks and each trained seed), one per whole builder."""
+    made = json.loads((reports[2] / "data" / "report.json").read_text(encoding="utf-8"))
+    tasks = {t["task"]: t for t in made["tasks"]}
+    assert len(tasks) == len(made["tasks"])
+    parts = {"shin_matzinger_part checks", "shin_matzinger_part solution2/0", "shin_matzinger_part combined/0"}
+    assert {f"construction {name}" for name in NAMES} | parts <= set(tasks)
+    assert {"chiang_figures_sections", "nowak_sections"} <= set(tasks)
+    assert all(t["seconds"] >= 0 and t["cpu_seconds"] > 0 for t in tasks.values())
+    assert set(made["cpu_timings"]) == set(made["timings"]) - {"parallel_work", "shrink_pngs"}
+    one = json.loads((reports[1] / "data" / "report.json").read_text(encoding="utf-8"))
+    assert one["tasks"] == [] and set(one["cpu_timings"]) == set(one["timings"]) - {"shrink_pngs"}
+    assert "worker tasks" in (reports[2] / "index.html").read_text(encoding="utf-8").split("<footer>")[1]
 
 
 def test_a_construction_registered_here_runs_here(tmp_path: Path) -> None:
