@@ -38,8 +38,16 @@ def _page(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """The same report with one job and with two; with two, "one"'s parts also run apart (as
+    tracr-shuffle_dyck2's do: exactlens.viz.parallel.APART)."""
+    from exactlens.viz import parallel
+
     root = tmp_path_factory.mktemp("parallel")
-    return {jobs: build_report(NAMES, root / f"jobs{jobs}", quick=True, jobs=jobs).parent for jobs in (1, 2)}
+    one = build_report(NAMES, root / "jobs1", quick=True, jobs=1).parent
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parallel, "APART", ("one",))
+        two = build_report(NAMES, root / "jobs2", quick=True, jobs=2).parent
+    return {1: one, 2: two}
 
 
 def test_two_jobs_write_the_pages_of_one(reports: dict[int, Path]) -> None:
@@ -69,7 +77,8 @@ def test_each_worker_task_is_timed(reports: dict[int, Path]) -> None:
     tasks = {t["task"]: t for t in made["tasks"]}
     assert len(tasks) == len(made["tasks"])
     parts = {"shin_matzinger_part checks", "shin_matzinger_part solution2/0", "shin_matzinger_part combined/0"}
-    assert {f"construction {name}" for name in NAMES} | parts <= set(tasks)
+    apart = {"construction one (construction_section)", "construction one (discovery_rows)"}
+    assert {"construction first", "construction sm-solution1"} | apart | parts <= set(tasks)
     assert {"chiang_figures_sections", "nowak_sections"} <= set(tasks)
     assert all(t["seconds"] >= 0 and t["cpu_seconds"] > 0 for t in tasks.values())
     assert set(made["cpu_timings"]) == set(made["timings"]) - {"parallel_work", "shrink_pngs"}
