@@ -87,6 +87,28 @@ def test_each_worker_task_is_timed(reports: dict[int, Path]) -> None:
     assert "worker tasks" in (reports[2] / "index.html").read_text(encoding="utf-8").split("<footer>")[1]
 
 
+def test_the_slowest_tasks_start_first() -> None:
+    """The order of the workers' tasks (exactlens.viz.parallel.plan): tracr-shuffle_dyck2's two halves, the two
+    trained-vs-exact diffs, palindrome-hash, the Shin & Matzinger parts, then the rest; each task once."""
+    from exactlens.viz import parallel
+    from exactlens.viz.page import FULL, IN_PARENT, ReportContext, section_builders
+
+    names = ["first", "majority", "palindrome-hash", "sm-solution2", "tracr-shuffle_dyck2"]
+    ctx = ReportContext(out_dir=Path("unused"), names=names, quick=False, settings=FULL, jobs=2)
+    chosen = section_builders()
+    whole = [b for b in chosen if b.__name__ not in IN_PARENT and not hasattr(b, "per_construction")
+             and not hasattr(b, "per_part")]
+    labels = [parallel._label(item) for item in parallel.plan(ctx, chosen, whole)]
+    assert labels[:6] == ["construction tracr-shuffle_dyck2 (construction_section)",
+                          "construction tracr-shuffle_dyck2 (discovery_rows)", "pairs_diff_sections",
+                          "majority_diff_sections", "construction palindrome-hash", "shin_matzinger_part checks"]
+    seeds = [f"shin_matzinger_part {s}/{i}" for s in ("solution2", "combined") for i in range(3)]
+    assert labels[6:12] == seeds
+    assert len(set(labels)) == len(labels)
+    assert {f"construction {n}" for n in ("first", "majority", "sm-solution2")} | {b.__name__ for b in whole} <= set(
+        labels)
+
+
 def test_a_construction_registered_here_runs_here(tmp_path: Path) -> None:
     """The workers know the plug-ins' constructions only: one registered in this process runs here."""
     import dataclasses

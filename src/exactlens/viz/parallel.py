@@ -32,10 +32,14 @@ from exactlens.outputs import write_error
 
 MAX_DEFAULT_JOBS = 8
 """The default jobs at most (a worker holds its own torch, jax and tracr: about 0.5-1 GB)."""
-SLOW_FIRST = ("tracr-shuffle_dyck2", "tracr-shuffle_dyck")
-"""The constructions with the largest graphs, whose circuit discovery takes longest (docs/circuits.md, "Time
-of the whole catalogue"): started first, then the other compiled programs (each a tracr compilation of
-5-20 s), then the rest, so that no long task starts last and leaves the other workers idle."""
+SLOW_FIRST = ("tracr-shuffle_dyck2", "tracr-shuffle_dyck", "palindrome-hash")
+"""The constructions whose tasks take longest (the shuffle-Dyck programs have the largest graphs, whose circuit
+discovery takes longest: docs/circuits.md, "Time of the whole catalogue"; palindrome-hash's own section): started
+first, then the other compiled programs (each a tracr compilation of 5-20 s), then the rest, so that no long task
+starts last and leaves the other workers idle."""
+SLOW_BUILDERS = ("pairs_diff_sections", "majority_diff_sections")
+"""The papers' builders that take longest (each a training and a whole diff: 133 and 97 s of CPU in the full report
+of 2026-11-28, README), started right after the first of ``SLOW_FIRST``."""
 
 
 APART = ("tracr-shuffle_dyck2",)
@@ -177,14 +181,11 @@ def _order(name: str) -> int:
     return len(SLOW_FIRST) + (0 if name.startswith("tracr-") else 1)
 
 
-def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Callable], jobs: int) -> dict:
-    """Run every per-construction and declared part of ``builders`` and each of ``in_workers`` (whole builders)
-    in ``jobs`` processes; store the parts in ``ctx.prepared`` (read by ``ctx.part``), each task's wall and CPU
-    seconds in ``ctx.tasks``, and return {builder: (sections, seconds, errors, settings, CPU seconds)} for the
-    whole builders. Errors and settings are merged where the page reads them, so they come in the same order
-    as with one job."""
-    from exactlens.processes import environment_initializer, pool_context
-
+def plan(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Callable]) -> list[tuple]:
+    """The tasks of :func:`run_parallel`, ``(kind, context, what, runs)``, in the order they are started: the
+    slowest construction (``SLOW_FIRST``; its parts apart, ``APART``), the slow builders (``SLOW_BUILDERS``), the
+    other slow constructions, the declared parts, the other builders (in page order), the other constructions
+    (the compiled programs first)."""
     parts: dict[str, list[Callable]] = {}
     for builder in builders:
         run, names = getattr(builder, "per_construction", (None, None))
@@ -197,9 +198,24 @@ def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Ca
     constructions = sorted((("construction", slim, name, group) for name, runs in parts.items()
                             for group in ([[run] for run in runs] if name in APART else [runs])),
                            key=lambda i: _order(i[2]))
-    slow = [i for i in constructions if i[2] in SLOW_FIRST]  # then the declared parts, the papers' builders
-    items = (slow + declared + [("builder", slim, b, ()) for b in in_workers]
-             + [i for i in constructions if i not in slow])
+    slow = [i for i in constructions if i[2] in SLOW_FIRST]
+    first = [i for i in slow if i[2] == SLOW_FIRST[0]]
+    papers = [("builder", slim, b, ()) for b in in_workers]
+    slow_whole = sorted((i for i in papers if i[2].__name__ in SLOW_BUILDERS),
+                        key=lambda i: SLOW_BUILDERS.index(i[2].__name__))
+    return (first + slow_whole + slow[len(first):] + declared + [i for i in papers if i not in slow_whole]
+            + [i for i in constructions if i not in slow])
+
+
+def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Callable], jobs: int) -> dict:
+    """Run every per-construction and declared part of ``builders`` and each of ``in_workers`` (whole builders)
+    in ``jobs`` processes; store the parts in ``ctx.prepared`` (read by ``ctx.part``), each task's wall and CPU
+    seconds in ``ctx.tasks``, and return {builder: (sections, seconds, errors, settings, CPU seconds)} for the
+    whole builders. Errors and settings are merged where the page reads them, so they come in the same order
+    as with one job."""
+    from exactlens.processes import environment_initializer, pool_context
+
+    items = plan(ctx, builders, in_workers)
     if not items:
         return {}
     context = pool_context()
