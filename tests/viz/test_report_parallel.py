@@ -12,12 +12,13 @@ import pytest
 from exactlens.errors import ExactLensError
 from exactlens.viz.page import build_report
 
-NAMES = ["first", "one"]  # two papers' sections (Chiang & Cholak, Nowak), circuit discovery on both
+# three papers' sections (Chiang & Cholak, Nowak, Shin & Matzinger: its declared parts), circuit discovery on two
+NAMES = ["first", "one", "sm-solution1"]
 TIMES = [re.compile(r"\d+\.\d+ \+ \d+\.\d+"),  # the discovery table's seconds
          re.compile(r"\d+(?:\.\d+)? s\b"),  # seconds in a text (a construction's, a training's)
          re.compile(r"<td>\d+\.\d</td>")]  # a table's seconds column (one decimal; other numbers have 3-4)
 VIEW_ID = re.compile(r"circuits-vis-[0-9a-f-]+")
-SECONDS = {"seconds", "faithfulness_seconds", "timings", "work_seconds", "jobs", "made"}
+SECONDS = {"seconds", "faithfulness_seconds", "timings", "work_seconds", "cpu_timings", "tasks", "jobs", "made"}
 
 
 def _without_times(value):
@@ -37,8 +38,16 @@ def _page(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """The same report with one job and with two; with two, "one"'s parts also run apart (as
+    tracr-shuffle_dyck2's do: exactlens.viz.parallel.APART)."""
+    from exactlens.viz import parallel
+
     root = tmp_path_factory.mktemp("parallel")
-    return {jobs: build_report(NAMES, root / f"jobs{jobs}", quick=True, jobs=jobs).parent for jobs in (1, 2)}
+    one = build_report(NAMES, root / "jobs1", quick=True, jobs=1).parent
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parallel, "APART", ("one",))
+        two = build_report(NAMES, root / "jobs2", quick=True, jobs=2).parent
+    return {1: one, 2: two}
 
 
 def test_two_jobs_write_the_pages_of_one(reports: dict[int, Path]) -> None:
@@ -57,8 +66,47 @@ def test_two_jobs_write_the_pages_of_one(reports: dict[int, Path]) -> None:
             assert (one / rel).read_bytes() == (two / rel).read_bytes(), rel
     made = json.loads((two / "data" / "report.json").read_text(encoding="utf-8"))
     assert made["jobs"] == 2 and "parallel_work" in made["timings"]
-    assert set(made["work_seconds"]) == {"construction_section", "discovery_rows"}
+    assert set(made["work_seconds"]) == {"construction_section", "discovery_rows", "shin_matzinger_part"}
     assert "with 2 processes" in (two / "index.html").read_text(encoding="utf-8")
+
+
+def test_each_worker_task_is_timed(reports: dict[int, Path]) -> None:
+    """report.json lists every task of the workers with its wall and CPU seconds: one per construction, one per
+    declared part (the Shin & Matzinger section's checks and each trained seed), one per whole builder."""
+    made = json.loads((reports[2] / "data" / "report.json").read_text(encoding="utf-8"))
+    tasks = {t["task"]: t for t in made["tasks"]}
+    assert len(tasks) == len(made["tasks"])
+    parts = {"shin_matzinger_part checks", "shin_matzinger_part solution2/0", "shin_matzinger_part combined/0"}
+    apart = {"construction one (construction_section)", "construction one (discovery_rows)"}
+    assert {"construction first", "construction sm-solution1"} | apart | parts <= set(tasks)
+    assert {"chiang_figures_sections", "nowak_sections"} <= set(tasks)
+    assert all(t["seconds"] >= 0 and t["cpu_seconds"] > 0 for t in tasks.values())
+    assert set(made["cpu_timings"]) == set(made["timings"]) - {"parallel_work", "shrink_pngs"}
+    one = json.loads((reports[1] / "data" / "report.json").read_text(encoding="utf-8"))
+    assert one["tasks"] == [] and set(one["cpu_timings"]) == set(one["timings"]) - {"shrink_pngs"}
+    assert "worker tasks" in (reports[2] / "index.html").read_text(encoding="utf-8").split("<footer>")[1]
+
+
+def test_the_slowest_tasks_start_first() -> None:
+    """The order of the workers' tasks (exactlens.viz.parallel.plan): tracr-shuffle_dyck2's two halves, the two
+    trained-vs-exact diffs, palindrome-hash, the Shin & Matzinger parts, then the rest; each task once."""
+    from exactlens.viz import parallel
+    from exactlens.viz.page import FULL, IN_PARENT, ReportContext, section_builders
+
+    names = ["first", "majority", "palindrome-hash", "sm-solution2", "tracr-shuffle_dyck2"]
+    ctx = ReportContext(out_dir=Path("unused"), names=names, quick=False, settings=FULL, jobs=2)
+    chosen = section_builders()
+    whole = [b for b in chosen if b.__name__ not in IN_PARENT and not hasattr(b, "per_construction")
+             and not hasattr(b, "per_part")]
+    labels = [parallel._label(item) for item in parallel.plan(ctx, chosen, whole)]
+    assert labels[:6] == ["construction tracr-shuffle_dyck2 (construction_section)",
+                          "construction tracr-shuffle_dyck2 (discovery_rows)", "pairs_diff_sections",
+                          "majority_diff_sections", "construction palindrome-hash", "shin_matzinger_part checks"]
+    seeds = [f"shin_matzinger_part {s}/{i}" for s in ("solution2", "combined") for i in range(3)]
+    assert labels[6:12] == seeds
+    assert len(set(labels)) == len(labels)
+    assert {f"construction {n}" for n in ("first", "majority", "sm-solution2")} | {b.__name__ for b in whole} <= set(
+        labels)
 
 
 def test_a_construction_registered_here_runs_here(tmp_path: Path) -> None:

@@ -95,6 +95,7 @@ class ReportContext:
     jobs: int = 1  # processes for the independent work (exactlens.viz.parallel)
     prepared: dict[tuple, tuple] = field(default_factory=dict)  # per-construction parts done in workers
     work_seconds: dict[str, float] = field(default_factory=dict)  # builder -> seconds of its parts in workers
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # each worker task's wall and CPU seconds
 
     def part(self, run: Callable[[ReportContext, str], Any], name: str) -> Any:
         """A builder's per-construction part (exactlens.viz.parallel.per_construction): done in a worker
@@ -382,6 +383,20 @@ def _pages_list(out: Path) -> str:
     return f"<details><summary>All {len(pages)} pages of this report</summary><ul>{items}</ul></details>"
 
 
+def _times_text(timings: dict[str, float], cpu_timings: dict[str, float], ctx: ReportContext) -> str:
+    """How long each section took (wall seconds, then CPU seconds where each ran), the per-construction and
+    declared parts' seconds in the workers, and the workers' tasks that took the most CPU."""
+    text = ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+    text += "; CPU: " + ", ".join(f"{k} {v:.1f} s" for k, v in cpu_timings.items())
+    if ctx.work_seconds:
+        text += "; in the workers: " + ", ".join(f"{k} {v:.1f} s" for k, v in ctx.work_seconds.items())
+    if ctx.tasks:
+        longest = sorted(ctx.tasks, key=lambda t: -t["cpu_seconds"])[:5]
+        text += (f"; {len(ctx.tasks)} worker tasks, {sum(t['cpu_seconds'] for t in ctx.tasks):.1f} s of CPU, "
+                 "the most: " + ", ".join(f"{t['task']} {t['cpu_seconds']:.1f} s" for t in longest))
+    return text
+
+
 def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequence[SectionBuilder] | None,
                   made: dict[str, str], device: Any = None,
                   user_model: dict[str, Any] | None = None, jobs: int = 1) -> list[dict[str, str]]:
@@ -392,6 +407,7 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
                         user_model=user_model, jobs=jobs)
     sections: list[Section] = []
     timings: dict[str, float] = {}
+    cpu_timings: dict[str, float] = {}  # the same builders' CPU seconds (time.process_time where each ran)
     chosen = section_builders() if builders is None else list(builders)
     whole = {}
     if jobs > 1:
@@ -399,13 +415,13 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
 
         t0 = time.perf_counter()
         in_workers = [b for b in chosen if b.__module__.startswith("exactlens.") and b.__name__ not in IN_PARENT
-                      and not hasattr(b, "per_construction")]
+                      and not hasattr(b, "per_construction") and not hasattr(b, "per_part")]
         whole = run_parallel(ctx, chosen, in_workers, jobs)
         timings["parallel_work"] = time.perf_counter() - t0  # wall of the work in workers, before the page
     for builder in bar(chosen, desc="report sections", unit="section"):
-        t0 = time.perf_counter()
-        if builder in whole:  # built in a worker: its sections, seconds there, errors and settings
-            built, seconds, errors, settings = whole[builder]
+        t0, c0 = time.perf_counter(), time.process_time()
+        if builder in whole:  # built in a worker: its sections, seconds there, errors, settings, CPU seconds
+            built, seconds, errors, settings, cpu_timings[builder.__name__] = whole[builder]
             sections += built
             ctx.errors += errors
             ctx.section_settings.update(settings)
@@ -413,6 +429,7 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
             continue
         sections += builder(ctx)
         timings[builder.__name__] = time.perf_counter() - t0
+        cpu_timings[builder.__name__] = time.process_time() - c0
     t0 = time.perf_counter()
     png_bytes = shrink_pngs(out)
     timings["shrink_pngs"] = time.perf_counter() - t0
@@ -429,6 +446,9 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
             "jobs": jobs,
             # seconds that per-construction parts took in worker processes, by part (jobs > 1)
             "work_seconds": ctx.work_seconds,
+            "cpu_timings": cpu_timings,
+            # each task of the worker processes (jobs > 1): {"task", "seconds", "cpu_seconds"}, in start order
+            "tasks": ctx.tasks,
             "seconds": seconds,
             "errors": ctx.errors,
             "made": made,
@@ -440,10 +460,7 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
         f"Made by <code>{esc(made['command'])}</code> (exactlens {esc(made['version'])}) at {esc(made['time'])}. "
         f"exactlens report, {len(selected)} constructions, built in {seconds:.1f} s"
         f"{' (quick settings)' if quick else ''}"
-        + (f" with {jobs} processes" if jobs > 1 else "") + "; "
-        + esc(", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
-        + (esc("; in the workers: " + ", ".join(f"{k} {v:.1f} s" for k, v in ctx.work_seconds.items()))
-           if ctx.work_seconds else "")
+        + (f" with {jobs} processes" if jobs > 1 else "") + "; " + esc(_times_text(timings, cpu_timings, ctx))
         + '. Data: <a href="data/report.json">data/report.json</a>.'
     )
     if ctx.errors:
@@ -453,4 +470,8 @@ def _build_report(selected: list[str], out: Path, quick: bool, builders: Sequenc
         (out / "index.html").write_text(render_page(sections, "exactlens report", footer), encoding="utf-8")
     slowest = sorted(timings.items(), key=lambda item: -item[1])  # where the time went, longest first
     progress(f"report: done in {seconds:.1f} s; " + ", ".join(f"{name} {t:.1f} s" for name, t in slowest))
+    if ctx.tasks:
+        busiest = sorted(ctx.tasks, key=lambda t: -t["cpu_seconds"])[:10]
+        progress(f"report: {len(ctx.tasks)} worker tasks, {sum(t['cpu_seconds'] for t in ctx.tasks):.1f} s of CPU; "
+                 + ", ".join(f"{t['task']} {t['cpu_seconds']:.1f} s ({t['seconds']:.1f} s wall)" for t in busiest))
     return ctx.errors

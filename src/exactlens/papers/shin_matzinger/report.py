@@ -14,6 +14,7 @@ from exactlens.papers.shin_matzinger.task import make_q
 from exactlens.papers.shin_matzinger.training import PairTrainConfig, train_pairs
 from exactlens.viz.backend import pyplot
 from exactlens.viz.page import ReportContext, Section, esc, figure, fmt, progress, table
+from exactlens.viz.parallel import per_part
 from exactlens.viz.trained_diff import TrainedDiff, trained_diff_section
 
 # The paper's §4 settings (N = 10, M = 50, batch 1000, 50 LBFGS iterations); 3 seeds x 2 systems ~ 100 s.
@@ -51,26 +52,60 @@ def _construction_checks(s: dict[str, Any]) -> list[list[Any]]:
     return checks
 
 
-def _trained_rows(ctx: ReportContext, s: dict[str, Any]) -> tuple[list[list[Any]], Any]:
-    """Ablations, signatures and verdicts of every trained seed (and a consensus row per system); the first
-    run restricted to solution 2, for the figure."""
+SYSTEMS = (("solution2", "unconstrained"), ("combined", "unconstrained"))  # the trained systems, in table order
+
+
+def _settings(ctx: ReportContext) -> dict[str, Any]:
+    return QUICK if ctx.quick else FULL
+
+
+def shin_matzinger_parts(ctx: ReportContext) -> list[str]:
+    """The section's independent parts (exactlens.viz.parallel.per_part): the constructions' checks and each
+    trained system and seed ("solution2/0", ...); none where the report covers no Shin & Matzinger construction."""
+    if not ctx.covers(sm.PAPER):
+        return []
+    return ["checks"] + [f"{system}/{seed}" for system, _ in SYSTEMS for seed in range(_settings(ctx)["seeds"])]
+
+
+def shin_matzinger_part(ctx: ReportContext, part: str) -> dict[str, Any]:
+    """One part: {"checks": rows} or one trained seed's {"row", "verdict"} (with "fig1", the q_true and learned
+    QK matrices of the figure, for solution2's seed 0); with its wall seconds."""
+    s, start = _settings(ctx), time.perf_counter()
+    if part == "checks":
+        result: dict[str, Any] = {"checks": _construction_checks(s)}
+    else:
+        system, seed = part.split("/")
+        result = _trained_row(ctx, s, system, dict(SYSTEMS)[system], int(seed))
+    return {**result, "seconds": time.perf_counter() - start}
+
+
+def _trained_row(ctx: ReportContext, s: dict[str, Any], system: str, flavour: str, seed: int) -> dict[str, Any]:
+    """Ablations, signatures and verdict of one trained seed; for solution2's seed 0 also the figure's matrices."""
     options = {k: s[k] for k in ("categories", "positions", "batch", "iterations", "test_batch")}
-    rows, learned2 = [], None
-    for system, flavour in (("solution2", "unconstrained"), ("combined", "unconstrained")):
+    run = train_pairs(PairTrainConfig(**options, system=system, flavour=flavour, seed=seed), device=ctx.device)
+    result = analyse(run.model, run.q_true, batch=s["batch"], seed=seed + 999)
+    a, g = result["ablations"], result["signatures"]
+    row = [f"{system}/{flavour}", seed, a["mse"], a["mse_without_attention"], a["mse_linear_ffn"],
+           a["target_variance"], g["qk_category_q"], g["ov_category_q"], g["qk_position_shift"], result["verdict"]]
+    out: dict[str, Any] = {"row": row, "verdict": result["verdict"]}
+    if system == "solution2" and seed == 0:
+        out["fig1"] = (run.q_true.detach().cpu(), category_qk(run.model).detach().cpu())
+    return out
+
+
+def _trained_rows(ctx: ReportContext, s: dict[str, Any]) -> tuple[list[list[Any]], Any, float]:
+    """Every trained seed's row (and a consensus row per system), the figure's matrices (solution2, seed 0) and
+    the seconds of the parts."""
+    rows, fig1, seconds = [], None, 0.0
+    for system, flavour in SYSTEMS:
         verdicts = []
         for seed in range(s["seeds"]):
-            run = train_pairs(PairTrainConfig(**options, system=system, flavour=flavour, seed=seed),
-                              device=ctx.device)
-            if system == "solution2" and seed == 0:
-                learned2 = run
-            result = analyse(run.model, run.q_true, batch=s["batch"], seed=seed + 999)
-            a, g = result["ablations"], result["signatures"]
-            verdicts.append(result["verdict"])
-            rows.append([f"{system}/{flavour}", seed, a["mse"], a["mse_without_attention"], a["mse_linear_ffn"],
-                         a["target_variance"], g["qk_category_q"], g["ov_category_q"], g["qk_position_shift"],
-                         result["verdict"]])
+            done = ctx.part(shin_matzinger_part, f"{system}/{seed}")
+            rows.append(done["row"])
+            verdicts.append(done["verdict"])
+            fig1, seconds = done.get("fig1", fig1), seconds + done["seconds"]
         rows.append([f"{system}/{flavour}", "consensus", "", "", "", "", "", "", "", consensus(verdicts)])
-    return rows, learned2
+    return rows, fig1, seconds
 
 
 def _intro(s: dict[str, Any]) -> str:
@@ -84,19 +119,23 @@ def _intro(s: dict[str, Any]) -> str:
             f"{s['iterations']} iterations, {s['seeds']} seed(s); " + size)
 
 
+@per_part(shin_matzinger_part, shin_matzinger_parts)
 def shin_matzinger_sections(ctx: ReportContext) -> list[Section]:
+    """The section; its checks and each trained seed are independent parts, spread over the report's workers."""
     if not ctx.covers(sm.PAPER):
         return []
-    s: dict[str, Any] = QUICK if ctx.quick else FULL
+    s: dict[str, Any] = _settings(ctx)
     parts = []
     try:
-        t0 = time.perf_counter()
+        checked = ctx.part(shin_matzinger_part, "checks")
+        checks = checked["checks"]
+        rows, (q_true, learned_qk), seconds = _trained_rows(ctx, s)
+        t0 = time.perf_counter()  # the parts' seconds are their own (wherever they ran), then the page's
         exact = sm.build_solution2(make_q("normal", s["categories"], 0), s["positions"])
-        checks = _construction_checks(s)
-        rows, learned2 = _trained_rows(ctx, s)
         png = _heatmaps(ctx.asset("figures", "shin_matzinger_fig1.png"),
-                        [("q_true", learned2.q_true), ("learned QK, system 2", category_qk(learned2.model)),
+                        [("q_true", q_true), ("learned QK, system 2", learned_qk),
                          ("QK of sm-solution2", category_qk(exact))])
+        seconds += checked["seconds"] + time.perf_counter() - t0
         data = ctx.write_json(
             "shin_matzinger.json", {"settings": s, "checks": checks, "rows": rows, "verdict_rule": VERDICT_RULE}
         )
@@ -112,9 +151,9 @@ def shin_matzinger_sections(ctx: ReportContext) -> list[Section]:
                    "verdict"], [[fmt(v) if isinstance(v, float) else v for v in row] for row in rows],
                   caption="Ablations, signatures (|correlation|) and verdicts"),
             f"<p>Verdict rule: {esc(VERDICT_RULE)} (see exactlens.analysis.pairlogic). "
-            f'Data: <a href="{esc(data)}">{esc(data)}</a> ({time.perf_counter() - t0:.1f} s)</p>',
+            f'Data: <a href="{esc(data)}">{esc(data)}</a> ({seconds:.1f} s)</p>',
         ]
-        progress(f"report: Shin & Matzinger section done ({time.perf_counter() - t0:.1f} s)")
+        progress(f"report: Shin & Matzinger section done ({seconds:.1f} s)")
     except Exception as err:  # a failing section must not take the report down
         parts.append(ctx.error("Shin & Matzinger", err))
     return [Section("Shin & Matzinger: attention or FFN?", "shin-matzinger", "\n".join(parts))]
