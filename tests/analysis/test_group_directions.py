@@ -53,3 +53,21 @@ def test_a_k_that_passes_validation_but_not_its_training_pairs_is_not_chosen() -
     assert choose_dim({1: 1.0, 2: 1.0}, {1: 0.78, 2: 1.0}) == 2
     assert choose_dim({1: 1.0, 2: 0.9}, {1: 0.78, 2: 1.0}) == 1  # k = 2 is not near the best on validation
     assert choose_dim({1: 1.0, 2: 1.0, 3: 1.0}, {1: 0.5, 2: 0.8, 3: None}) == 1  # none fits: the old rule
+
+
+def test_a_task_variable_named_like_a_label_gets_its_direction() -> None:
+    """A compiled program's SOp is a task variable and an exact label of one name: a self-diff's fits of the task
+    variable start from the label's direction (a numerical label, or a categorical one's group name:value)."""
+    from exactlens.analysis.diff.alignment.directions import own_directions
+    from exactlens.analysis.diff.alignment.variables import HighLevel
+
+    labels = ["one", "opens_3", "hist_2:1", "hist_2:2", "hist_2:3", "other"]
+
+    def var(name: str, origin: str = "task") -> HighLevel:
+        return HighLevel(name, origin, "position", lambda *a: None, lambda *a: None)
+
+    got = own_directions([var("opens_3"), var("hist_2"), var("missing"), var("opens_3", "exact")], labels)
+    assert sorted(got) == [0, 1, 3]
+    assert torch.equal(got[0][:, 0], torch.eye(6, dtype=got[0].dtype)[:, 1])
+    span = got[1]
+    assert span.shape == (6, 3) and torch.allclose(span[[0, 1, 5]], torch.zeros(3, 3, dtype=span.dtype))

@@ -31,12 +31,23 @@ def known_directions(side: Side, variables: list[HighLevel], exact: Side | None 
 def own_directions(variables: list[HighLevel], labels: list[str]) -> dict[int, torch.Tensor]:
     """Per exact variable named by ``labels`` (a label, or a one-hot group whose members all are, or either at one
     position: the label it ``resolves``), its directions [d, r] in that basis: the label's (r = 1) or the
-    members' span (r = the group's size, ordered by :func:`group_directions`)."""
+    members' span (r = the group's size, ordered by :func:`group_directions`). A task variable whose name is a label
+    (or the name of labels ``name:value``) gets that label's directions too: a compiled program's SOp is both
+    (tracr-pair_balance's ``opens_3``: fraction of '(' so far, which words tie to ``closes_6`` (they sum to 1), so
+    neither a probe nor a random start told them apart and its fits were illusions where the label's is not)."""
     out = {}
     for i, v in enumerate(variables):
         detail = getattr(v, "detail", {})
         names = detail.get("members", [detail.get("resolves", v.name)])
-        if v.origin == "exact" and all(labels.count(name) == 1 for name in names):
+        if v.origin == "task" and v.position_index is None:  # a task variable the exact model names (a compiled
+            # program's SOp: its label, or its one-hot group name:value): the same direction
+            grouped = [name for name in labels if name.startswith(f"{v.name}:")]
+            names = [v.name] if v.name in labels else grouped
+            if not names:
+                continue
+        elif v.origin != "exact":
+            continue
+        if all(labels.count(name) == 1 for name in names):
             own = torch.stack([label_direction(labels, name) for name in names], 1)
             out[i] = group_directions(own) if len(names) > 1 else own
     return out
