@@ -263,7 +263,10 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
     warm = carry.setdefault("alignment_fits", {})  # (site, origin, variable, positions, dim, d) -> basis
     # k = 1..max_dim, and the variable's own dimension where it needs more (classes - 1, a count vector)
     needs = variable_dims(variables, base_cells + extra, trained, train, trained.d_model)
-    dims_of = {cell: sorted(set(range(1, max_dim + 1)) | {need}) for cell, need in needs.items()}
+    # and a known direction's width (a self-diff: a task variable that names a one-hot group whose rare values
+    # the training words lack still gets k = the group's size)
+    dims_of = {cell: sorted(set(range(1, max_dim + 1)) | {need, *([known[cell[0]].shape[1]] if cell[0] in known
+                                                                    else [])}) for cell, need in needs.items()}
     rows: list[dict[str, Any]] = []
     finished = 0
     site_bar = bar(total=len(sites), desc="DAS sites", unit="site")
