@@ -39,8 +39,9 @@ def own_directions(variables: list[HighLevel], labels: list[str]) -> dict[int, t
     for i, v in enumerate(variables):
         detail = getattr(v, "detail", {})
         names = detail.get("members", [detail.get("resolves", v.name)])
-        if v.origin == "task" and v.position_index is None:  # a task variable the exact model names (a compiled
-            # program's SOp: its label, or its one-hot group name:value): the same direction
+        if v.origin == "task" and getattr(v, "position_index", None) is None:
+            # a task variable the exact model names (a compiled program's SOp: its label, or its one-hot group
+            # name:value): the same direction
             grouped = [name for name in labels if name.startswith(f"{v.name}:")]
             names = [v.name] if v.name in labels else grouped
             if not names:
