@@ -242,3 +242,11 @@ def test_an_exact_output_that_is_only_leak_is_no_answer() -> None:
     assert got.tolist() == [[1, TIED, 2]]
     trained = SimpleNamespace(**{**exact.__dict__, "exact": False})  # a trained model's outputs are decisions
     assert no_answer_where_tied(trained, outputs, decisions).tolist() == [[1, 0, 2]]
+    # a batch whose every output is leak: against its own largest output nothing looks undefined; against the
+    # unpatched model's outputs on the same words (reference) every one is
+    leak = outputs.clone()
+    leak[0, 1], leak[0, 3] = torch.tensor([0.0, 3e-6, 0.0]), torch.tensor([1e-6, 0.0, 0.0])
+    leak_decisions = leak[:, 1:].argmax(-1)
+    assert no_answer_where_tied(exact, leak, leak_decisions).tolist() == [[1, 0, 0]]
+    assert no_answer_where_tied(exact, leak, leak_decisions, reference=outputs).tolist() == [[TIED] * 3]
+    assert no_answer_where_tied(exact, outputs, decisions, reference=leak).tolist() == [[1, TIED, 2]]

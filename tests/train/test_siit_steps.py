@@ -121,6 +121,28 @@ def test_effective_pairs_are_those_whose_swap_changes_the_exact_answer(first_los
     assert sum(len(e[0]) for e in first_loss.effective) > 0
 
 
+@pytest.mark.parametrize("name", ["first", "tracr-dedup", "tracr-frac_prevs"])
+def test_siits_effective_pairs_are_the_diffs_changed_units_with_every_target_kept(name):
+    """SIIT's effective pairs (its own decision comparison, siit.effective_pairs) are the pairs the diff's
+    designed-pair search counts as changed (designed.changed_units > 0), less those whose counterfactual has a
+    TIED target (SIIT cannot train on them): one rule, on a classification task, a prediction task with undefined
+    outputs in the middle, and a regression task."""
+    from exactlens.analysis.diff.alignment.designed import changed_units
+    from exactlens.train.presets import get_preset
+    from exactlens.train.siit import _targets_kept, siit_loss_of
+
+    lengths = (1, 8) if name == "first" else (1, 4)
+    loss = siit_loss_of(get_preset(name).spec({"siit": True, "train_length": lengths, "test_length": lengths}))
+    task, checked = loss.circuit.task, 0
+    for pairs, effective in zip(loss.circuit.train_pairs, loss.effective, strict=True):
+        n_base = pairs.run.n_positions[pairs.base]
+        for cf, base, idx in zip(pairs.cf, pairs.base_answers, effective, strict=True):
+            rule = (changed_units(task, cf, base, n_base) > 0) & _targets_kept(cf)
+            assert sorted(idx.tolist()) == torch.nonzero(rule).flatten().tolist()
+            checked += len(idx)
+    assert checked > 0
+
+
 def test_a_presets_siit_defaults_apply_with_siit_only_and_the_users_options_win():
     import dataclasses
 

@@ -134,7 +134,8 @@ def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], label
             outputs = _patched_outputs(exact, run.tokens[b], writer, direction, run.exact_acts[writer][s.numpy()],
                                        positions, n_pos)
         undecided = watch.undecided(None if rows is None else rows[b])
-        return no_answer_where_tied(exact, outputs, exact.reader.decide(outputs, n_pos), undecided)
+        return no_answer_where_tied(exact, outputs, exact.reader.decide(outputs, n_pos), undecided,
+                                    reference=run.exact_outputs[b])
 
     def base_answer(run: LengthRun, b: torch.Tensor) -> torch.Tensor:
         return exact.reader.decide(run.exact_outputs[b], run.n_positions[b])
@@ -307,7 +308,7 @@ class NormWatch:
 
 
 def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Tensor,
-                         undecided: torch.Tensor | None = None) -> torch.Tensor:
+                         undecided: torch.Tensor | None = None, reference: torch.Tensor | None = None) -> torch.Tensor:
     """Argmax decisions of an exact label's patched model, TIED where its two largest logits are equal
     (within 16 rounding units of its dtype): the exact model's answer there is its argmax's tie-break
     (the first class), which a copy in another basis breaks by rounding. tracr-hist: patching one
@@ -316,16 +317,18 @@ def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Te
     its logit is 0 within 16 rounding units (:func:`_membership_tied`). ``undecided`` ([B] bool,
     :class:`NormWatch`): rows whose answer a norm of rounding noise decided, TIED too (as class indices:
     a membership bit becomes 0 / 1 / TIED). An exact model's output that is zero but for leak (UNDEFINED_OUTPUT)
-    is TIED too: a compiled program's undefined answer."""
+    is TIED too: a compiled program's undefined answer. Leak is measured against the largest output of
+    ``reference`` (the unpatched model's outputs on the same words) where given, so that a batch whose every
+    output is leak is still found, and against the batch's own largest otherwise."""
     task = exact.reader.task
     if undecided is not None and bool(undecided.any()) and decisions.shape[:1] == undecided.shape:
         return torch.where(undecided.reshape(-1, *([1] * (decisions.ndim - 1))), torch.full_like(
-            decisions.long(), TIED), no_answer_where_tied(exact, outputs, decisions).long())
+            decisions.long(), TIED), no_answer_where_tied(exact, outputs, decisions, reference=reference).long())
     if task.kind == "membership":
         return _membership_tied(exact, outputs, decisions)
     if task.kind not in ("classification", "prediction"):
         return decisions
-    logits = outputs.double() if task.kind == "classification" else kinds.symbol_outputs(task, outputs).double()
+    logits = _answer_logits(task, outputs)
     if logits.shape[-1] < 2 or logits.shape[:-1] != decisions.shape or not torch.equal(logits.argmax(-1), decisions):
         return decisions  # not an argmax decision
     top = logits.topk(2, -1).values
@@ -333,8 +336,16 @@ def no_answer_where_tied(exact: Side, outputs: torch.Tensor, decisions: torch.Te
     tied = top[..., 0] - top[..., 1] <= tol
     if exact.exact:  # an output that is zero but for an attention's leak is no answer (see UNDEFINED_OUTPUT)
         size = logits.abs().amax(-1)
-        tied = tied | (size <= UNDEFINED_OUTPUT * (float(size.max()) if size.numel() else 0.0))
+        largest = [float(size.max())] if size.numel() else [0.0]
+        if reference is not None and reference.numel():
+            largest.append(float(_answer_logits(task, reference).abs().max()))
+        tied = tied | (size <= UNDEFINED_OUTPUT * max(largest))
     return torch.where(tied, torch.full_like(decisions, TIED), decisions)
+
+
+def _answer_logits(task: tasks.Task, outputs: torch.Tensor) -> torch.Tensor:
+    """The logits an argmax decision of ``task`` is taken over, in float64."""
+    return outputs.double() if task.kind == "classification" else kinds.symbol_outputs(task, outputs).double()
 
 
 # An exact model's output vector at most this share of the batch's largest is no answer: a compiled program's
