@@ -62,7 +62,8 @@ def _attention_to_first(model: Any, batch: Any, cache: dict[str, torch.Tensor]) 
             raise ExactLensError("test_attn_first reads query position 0; this forward computed the last layer "
                                  f"at the readout position {model.cfg.readout_position} only")
         allowed = visible_keys(block.attn.mask, n_pos, batch.n_positions, batch.padded)
-        pattern = block.attn.pattern_rows(q[:, :1], k, batch.n_positions, None if allowed is None else allowed[:, :, :1])
+        row0 = None if allowed is None else allowed[:, :, :1]
+        pattern = block.attn.pattern_rows(q[:, :1], k, batch.n_positions, row0)
         total += float(pattern[:, :, 0, 1].mean(1).sum())
     return {"test_attn_first": total}
 
