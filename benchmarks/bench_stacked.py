@@ -20,7 +20,10 @@ attention; the factor is one multiply). The sweep trains each grid point's seeds
 ``--quick``: lengths 10 and 30, 4 seeds, 5 epochs, test length 100 (16 runs). Default: the full grid at 50 epochs
 (Fig. 4 trains 1000; the ratio of a step does not depend on the number of steps, the final test's share does).
 
-Usage: PYTHONPATH=src python benchmarks/bench_stacked.py [--quick] [--epochs N] [--seeds N] [--results PATH]
+``--sweep-only``: the sweep alone, e.g. to compare two versions of exactlens (PYTHONPATH) in the same conditions.
+
+Usage: PYTHONPATH=src python benchmarks/bench_stacked.py [--quick] [--epochs N] [--seeds N] [--sweep-only]
+       [--results PATH]
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="16 short runs instead of Fig. 4's 80")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 50; --quick 5)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per grid point (default 10; --quick 4)")
+    parser.add_argument("--sweep-only", action="store_true", help="only the sweep (to compare two versions of "
+                        "exactlens in the same conditions: the plain runs do not depend on it)")
     parser.add_argument("--cpu-epochs", type=int, default=None, help="epochs of the in-process CPU comparison "
                         "(default: half of --epochs)")
     add_arguments(parser)
@@ -111,6 +116,12 @@ def main() -> int:
     workers = min(cores, len(lengths) * 2)
     print(f"sweep (local engine, {workers} one-thread workers): {sweep_wall:.1f} s wall, load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)
+    units = sum(r["seconds"] for r in rows)  # each row: its run's share of its unit's wall time in the worker
+    print(f"units, summed: {units:.1f} s of wall inside the workers ({units / runs:.3f} s per run)", flush=True)
+    if args.sweep_only:
+        goals.add("sweep: seconds per run (wall)", sweep_wall / runs, "s")
+        goals.write(args.results, args.overwrite)
+        return 0
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     plain: dict[int, list[float]] = {length: [] for length in lengths}

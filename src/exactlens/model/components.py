@@ -360,9 +360,23 @@ class Attention(nn.Module):
                          allowed, x_k.shape[1])
         return z[:, 0] @ self.W_O[head]
 
+    def pattern_rows(self, q: torch.Tensor, k: torch.Tensor, n_positions: torch.Tensor,
+                     allowed: torch.Tensor | None) -> torch.Tensor:
+        """The attention weights [b, h, q, k] of the queries ``q`` [b, q, h, d] (as hook_q gives them) over the
+        keys ``k`` [b, k, h, d] (hook_k): those rows of hook_pattern, computed from them alone, so that a metric
+        reading a few query rows needs no [query, key] tensor of every row (nor the unfused attention that
+        hooking the pattern forces). ``allowed``: bool [b, 1, q, k] for those rows, or None. No hook fires."""
+        return self._weights(self._query_rows(q, n_positions), k.permute(0, 2, 3, 1), allowed, k.shape[1], False)
+
     def _attend(self, q_rows: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor, allowed: torch.Tensor | None,
                 n_keys: int) -> torch.Tensor:
         """Scores, weights and the weighted values [b, h, q, d] for the given queries."""
+        return self._weights(q_rows, k_t, allowed, n_keys, True) @ v_t
+
+    def _weights(self, q_rows: torch.Tensor, k_t: torch.Tensor, allowed: torch.Tensor | None, n_keys: int,
+                 hooked: bool) -> torch.Tensor:
+        """The weights [b, h, q, k] of the given queries (through hook_attn_scores and hook_pattern if
+        ``hooked``)."""
         scores = q_rows @ k_t  # [b, h, q, k]
         if self.length_scale == "log_visible":
             seen = (allowed.sum(-1, keepdim=True) if allowed is not None
@@ -370,7 +384,8 @@ class Attention(nn.Module):
             scores = scores * torch.log(seen.clamp(min=1).to(scores.dtype))
         if allowed is not None:
             scores = scores.masked_fill(~allowed, -math.inf)
-        scores = self.hook_attn_scores(scores)
+        if hooked:
+            scores = self.hook_attn_scores(scores)
         weighting = self.weighting
         if weighting == "softmax":
             pattern = torch.softmax(scores, dim=-1)
@@ -381,8 +396,7 @@ class Attention(nn.Module):
         else:
             full = allowed if allowed is not None else scores.new_ones((1, 1, 1, 1), dtype=torch.bool)
             pattern = hard_weights(scores, full, weighting, self.cfg.hard_tie_tolerance)
-        pattern = self.hook_pattern(pattern)
-        return pattern @ v_t
+        return self.hook_pattern(pattern) if hooked else pattern
 
     def _output(self, z: torch.Tensor) -> torch.Tensor:
         if self.cfg.use_attn_result:

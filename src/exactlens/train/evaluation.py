@@ -28,6 +28,7 @@ def evaluate(
     metric's fields (means per word)."""
     task = task if task is not None else tasks.of_model(model)
     reader = tasks.reader(model, task)
+    readout_only = readout_only_for(model, metrics)
     width = batch.tokens.shape[1]
     chunk = max(1, EVAL_SCORE_BUDGET // (model.cfg.n_heads * width * width))
     sums = {"loss": 0.0, "correct": 0.0, "pos_right": 0.0, "pos_count": 0.0}
@@ -40,9 +41,9 @@ def evaluate(
             part = part.to(model.device)  # words are drawn on the CPU; the model reads them where it is
             n_positions = part.n_positions if part.padded else None
             cache: dict[str, torch.Tensor] = {}
-            hooks = [(m.hooks, _keep(cache)) for m in metrics]
+            hooks = [(m.hooks_for(model), _keep(cache)) for m in metrics]
             with model.hooks(fwd_hooks=hooks):
-                outputs = model.readout(part.tokens, n_positions)
+                outputs = model.readout(part.tokens, n_positions, readout_only=readout_only)
             loss = kinds.loss(task, outputs.double(), part.targets, part.n_positions)
             predictions = reader.decide(outputs, part.n_positions)
             scores = task.score(predictions, part.targets, part.n_positions)
@@ -74,6 +75,19 @@ def evaluate(
                    r2=kinds.r2(*stacked))
     out.update({name: value / count for name, value in extra.items()})
     return out
+
+
+def readout_only_for(model: ExactTransformer, metrics: tuple[Metric, ...]) -> bool:
+    """Whether an evaluation may compute the last layer at the readout position only (what the test reads, the
+    same function at a fraction of the cost, as training does): a readout at one fixed position, and every
+    metric reading that position's queries alone (Metric.query_positions). Not in float64, whose evaluations keep
+    the bits they had (the last layer's products at one row round differently in the last bit)."""
+    cfg = model.cfg
+    if cfg.readout == "per_position" or cfg.dtype == "float64":
+        return False
+    if cfg.readout_position < 0:  # a position counted from each word's end: no metric names it
+        return not metrics
+    return all(m.query_positions is not None and set(m.query_positions) <= {cfg.readout_position} for m in metrics)
 
 
 def _keep(cache: dict[str, torch.Tensor]) -> Callable[[torch.Tensor, Any], None]:
