@@ -134,3 +134,104 @@ def test_tracr_counterfactuals_are_evaluated_once_per_word_and_setting(monkeypat
     for a, b, c in zip(first, again, fresh_cf, strict=True):
         assert torch.equal(a, b) and torch.equal(a, c)
     assert len(evaluations) > n  # the fresh task evaluated the program itself
+
+
+def test_inert_candidates_keep_their_start_without_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """first-ln-eta (3 layers) has an FFN in layer 1 and an attention in layer 2 that write zero on every input
+    (weights and biases 0): at blocks.1.hook_mlp_out and blocks.2.hook_attn_out every pair's source equals its
+    base, so a patch there moves nothing whatever the subspace (as at [CLS] in the first layer, for fits at the
+    readout position). Their candidates are found inert and keep their
+    starts without Adam steps, and their scores take the unpatched copy's decisions without running; the diff's
+    rows and verdicts are those of running every copy (SKIP_INERT and SKIP_UNMOVED False), with fewer copies run
+    in training and in scoring."""
+    from exactlens.analysis.diff.alignment import score
+
+    found: list[str] = []
+    copies = {True: 0, False: 0}  # copies run with and without gradients (training, scoring)
+    inert = fit.inert_candidates
+    outputs = patch.Patcher._outputs
+
+    def recorded(side, patchers, cand_fits, rows_of, train, caches):  # noqa: ANN001, ANN202
+        got = inert(side, patchers, cand_fits, rows_of, train, caches)
+        found.extend(patchers[rows_of[c]].site for c in got)
+        return got
+
+    def counted(self, base, source, projector, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        copies[torch.is_grad_enabled()] += projector.shape[0]
+        return outputs(self, base, source, projector, *args, **kwargs)
+
+    monkeypatch.setattr(fit, "inert_candidates", recorded)
+    monkeypatch.setattr(patch.Patcher, "_outputs", counted)
+    kwargs = dict(lengths=[3, 4, 5], **SMALL)
+    skipped = diff("first-ln-eta", "first-ln-eta", **kwargs)
+    # and the readout cells of the first layer's sites: [CLS] holds the same before anything moves it there
+    assert {"blocks.1.hook_mlp_out", "blocks.2.hook_attn_out"} <= set(found), sorted(set(found))
+    fewer = dict(copies)
+    copies.update({True: 0, False: 0})
+    monkeypatch.setattr(fit, "SKIP_INERT", False)
+    monkeypatch.setattr(score, "SKIP_UNMOVED", False)
+    every = diff("first-ln-eta", "first-ln-eta", **kwargs)
+    assert fewer[True] < copies[True] and fewer[False] < copies[False], (fewer, copies)
+    key = (*KEY, "init", "training_iia_changed", "illusion", "random_iia_p95", "iia", "do_nothing_iia")
+    assert [[r.get(k) for k in key] for r in skipped["alignment"]] == [[r.get(k) for k in key]
+                                                                        for r in every["alignment"]]
+    assert skipped["summary"]["verdicts"] == every["summary"]["verdicts"]
+
+
+def test_twin_sites_are_found_from_the_weights() -> None:
+    """A residual site after a component that writes zero whatever its input (and no post-norm between) holds the
+    site before it on every input: FIRST's second FFN; palindrome-hash's zero attention layers (pre-norm) and FFNs,
+    chained to the earliest site; none across a post-norm (first-ln-eta's zero layer-2 attention)."""
+    def twins(name: str) -> dict[str, str]:
+        model = build(name, dtype="float64")
+        side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
+        return patch.twin_sites(side, patch.alignment_sites(side))
+
+    assert twins("first") == {"blocks.1.hook_resid_post": "blocks.1.hook_resid_mid"}
+    assert twins("first-ln-eta") == {}
+    assert twins("palindrome-hash") == {
+        "blocks.0.hook_resid_post": "blocks.0.hook_resid_mid", "blocks.1.hook_resid_post": "blocks.1.hook_resid_mid",
+        "blocks.2.hook_resid_mid": "blocks.1.hook_resid_mid", "blocks.3.hook_resid_mid": "blocks.2.hook_resid_post",
+        "blocks.5.hook_resid_post": "blocks.5.hook_resid_mid"}
+    model = build("palindrome-hash", dtype="float64")
+    task = tasks.of_model(model)
+    ids = task.sample(6, 8, torch.Generator().manual_seed(0))
+    _, cache = model.run_with_cache(task.encode(ids).tokens)
+    for site, twin in twins("palindrome-hash").items():  # the same tensor on these words too
+        assert torch.equal(cache[site], cache[twin]), site
+
+
+def test_a_twin_site_takes_its_twins_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FIRST against itself: blocks.1.hook_resid_post (after a zero FFN) takes the fits, scores and random
+    baseline of blocks.1.hook_resid_mid, running no copy of its own; every other site's rows are those of fitting
+    every site (SHARE_TWINS False: the generator's draws are the same), and so are the verdict lines."""
+    from exactlens.analysis.diff.alignment import table
+
+    sites: list[str] = []
+    outputs = patch.Patcher._outputs
+
+    def counted(self, base, source, projector, mask, n_positions, row_sites=None):  # noqa: ANN001, ANN202
+        if torch.is_grad_enabled():
+            sites.extend(row_sites or [self.site] * projector.shape[0])
+        return outputs(self, base, source, projector, mask, n_positions, row_sites)
+
+    monkeypatch.setattr(patch.Patcher, "_outputs", counted)
+    kwargs = dict(lengths=[3, 4, 5], **{**SMALL, "untrained_baseline": False})  # the untrained copy has no twins
+    shared = diff("first", "first", **kwargs)
+    assert "blocks.1.hook_resid_post" not in sites and "blocks.1.hook_resid_mid" in sites
+    sites.clear()
+    monkeypatch.setattr(table, "SHARE_TWINS", False)
+    every = diff("first", "first", **kwargs)
+    assert "blocks.1.hook_resid_post" in sites
+    twin, origin = "blocks.1.hook_resid_post", "blocks.1.hook_resid_mid"
+    key = (*KEY, "init", "training_iia_changed", "random_iia_p95")
+    rows = {(r["site"], r["variable"], r["test"]): [r.get(k) for k in key] for r in shared["alignment"]}
+    old = {(r["site"], r["variable"], r["test"]): [r.get(k) for k in key] for r in every["alignment"]}
+    assert rows.keys() == old.keys()
+    for (site, variable, test), values in rows.items():
+        if site == twin:
+            assert values[2:] == rows[(origin, variable, test)][2:], variable  # all but the site
+        else:
+            assert values == old[(site, variable, test)], (site, variable)
+    assert {k: v["verdict"] for k, v in shared["summary"]["verdicts"].items()} == {
+        k: v["verdict"] for k, v in every["summary"]["verdicts"].items()}

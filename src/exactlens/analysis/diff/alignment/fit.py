@@ -76,10 +76,15 @@ def fit_sites(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[Pair
         if not live:
             break
         sub = [_restrict(jobs[j], chosen[j]) for j in live]
+        stage_scores: dict[str, list[dict[str, Any]]] = {}
         for j, job, (projector, started, scores) in zip(live, sub, fit_stage(task, side, sub, train, select, settings,
                                                                              generator, caches), strict=True):
+            stage_scores[job.site] = scores
             reached = [m for m in range(len(chosen[j])) if (scores[m]["iia"] or 0.0) >= 1 - DIM_TOLERANCE]
-            if staged and reached:  # a k that passes few validation pairs must also fit its training pairs
+            if staged and reached and job.twin is not None:  # its twin's, scored just before (the same fits)
+                for m in reached:
+                    scores[m]["training_iia"] = stage_scores[job.twin][m].get("training_iia")
+            elif staged and reached:  # a k that passes few validation pairs must also fit its training pairs
                 held = score_group(task, side, job.site, [job.fits[m] for m in reached], train, projector[reached],
                                    caches[job.site])
                 for m, got in zip(reached, held, strict=True):
@@ -96,7 +101,7 @@ def _restrict(job: FitJob, keep: list[int]) -> FitJob:
     starts = None if job.starts is None else {k: [v[n] for n in keep] for k, v in job.starts.items()}
     warm = None if job.warm is None else (None if job.warm[0] is None else [job.warm[0][n] for n in keep],
                                           job.warm[1])
-    return FitJob(job.site, [job.fits[n] for n in keep], starts, warm)
+    return FitJob(job.site, [job.fits[n] for n in keep], starts, warm, job.twin)
 
 
 def fit_stage(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[PairSet], select: list[PairSet],
@@ -134,8 +139,11 @@ def fit_stage(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[Pair
     for (steps, _), members in batches.items():
         fitted.update(_fit_batch(task, side, [jobs[j] for j in members], [plans[j][0] for j in members], members,
                                  train, settings, generator, caches, steps))
-    out = []
+    out: list[Any] = [None] * len(jobs)
+    index = {job.site: j for j, job in enumerate(jobs)}
     for j, job in enumerate(jobs):
+        if job.twin is not None:
+            continue
         candidates = plans[j][0]
         trained_q, initial = fitted[j]
         started = [c for c, (_, kind, _) in enumerate(candidates) if kind != "random"]
@@ -150,7 +158,13 @@ def fit_stage(task: tasks.Task, side: Side, jobs: list[FitJob], train: list[Pair
         scores = [{"iia": None, "iia_changed": None, "diverged": True} if bool(diverged[c]) else sc
                   for c, sc in enumerate(scores)]
         best = [_best_of(f, meta, scores) for f in range(len(job.fits))]
-        out.append((pool[best], [meta[b][1] for b in best], [scores[b] for b in best]))
+        out[j] = (pool[best], [meta[b][1] for b in best], [scores[b] for b in best])
+    for j, job in enumerate(jobs):
+        if job.twin is not None:  # the same fits as its twin's, which precedes it in depth order
+            projector, started, scores = out[index[job.twin]]
+            if len(started) != len(job.fits):
+                raise ValueError(f"fit_stage: {job.site} has other fits than its twin {job.twin}")
+            out[j] = (projector.clone(), list(started), [dict(score) for score in scores])
     return out
 
 
@@ -173,6 +187,10 @@ class FitJob:
     fits: list[Fit]
     starts: dict[str, list[torch.Tensor | None]] | None = None
     warm: tuple[list[torch.Tensor | None], int | None] | None = None
+    # an earlier site whose patch is the same intervention (.patch.twin_sites), in the same batch with the same
+    # fits and starts: this job's candidates are drawn (the generator's draws stay those of running them) but
+    # neither run nor scored, and its results are the twin's
+    twin: str | None = None
 
 
 def _best_of(f: int, meta: list[tuple[int, str]], scores: list[dict[str, Any]]) -> int:
@@ -187,7 +205,7 @@ def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: lis
                caches: dict[str, dict], steps: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """Adam on the candidates of several jobs (per job: fit index, start kind, start directions or None)
     stacked along one batch, each patched at its job's site; per job id its fitted projectors and
-    their starts' projectors."""
+    their starts' projectors. An inert candidate (:func:`inert_candidates`) keeps its start without running."""
     patchers = [Patcher(side, job.site) for job in jobs]
     cand_fits = [job.fits[f] for job, cands in zip(jobs, candidates, strict=True) for f, _, _ in cands]
     rows_of = [j for j, cands in enumerate(candidates) for _ in cands]
@@ -195,49 +213,100 @@ def _fit_batch(task: tasks.Task, side: Side, jobs: list[FitJob], candidates: lis
     weights = start_weights([c[2] for cands in candidates for c in cands], dims.tolist(), side.d_model, generator,
                             patchers[0].dtype)
     initial = span_projectors(weights, dims)
-    weights.requires_grad_(True)
-    optimizer = torch.optim.Adam([weights], lr=settings.lr)
+    usable = [p for p in train if len(p.base)]
+    twins = {c for c, j in enumerate(rows_of) if jobs[j].twin is not None}  # their results are their twins'
+    own = [c for c in range(len(cand_fits)) if c not in twins]
+    inert = twins | {own[c] for c in inert_candidates(side, patchers, [cand_fits[c] for c in own],
+                                                      [rows_of[c] for c in own], usable, caches)} \
+        if SKIP_INERT else twins
+    live = [c for c in range(len(cand_fits)) if c not in inert]
+    moving = weights[live].clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([moving], lr=settings.lr)
     frozen = [p for p in side.model.parameters() if p.requires_grad]
     for p in frozen:
         p.requires_grad_(False)
-    usable = [p for p in train if len(p.base)]
-    # each pass's copies start at their own sites' layer (LAYER_PASSES), on that layer's cached input
-    layers = [patchers[j].start if LAYER_PASSES else min(p.start for p in patchers) for j in rows_of]
-    masks_of: dict[int, torch.Tensor] = {}  # per pair set: where each candidate patches
     try:
         with torch.enable_grad():
-            for step in range(steps):
-                pset = usable[step % len(usable)]
-                pick = torch.randperm(len(pset.base), generator=generator)[: settings.batch]
-                acts = [site_acts(p, pset, caches[job.site]) for p, job in zip(patchers, jobs, strict=True)]
-                sources = {job.site: a[1][pick] for job, a in zip(jobs, acts, strict=True)}
-                n_pos = pset.run.n_positions[pset.base[pick]]
-                if id(pset) not in masks_of:
-                    masks_of[id(pset)] = patch_masks(side, pset.run, cand_fits)
-                masks = masks_of[id(pset)]
-                optimizer.zero_grad()
-                # the candidates in passes that fit in memory, each pass's loss backpropagated alone (the
-                # candidates' weights are disjoint rows, so the summed gradient is the whole batch's)
-                for lo, hi in layer_passes(layers, copies_per_pass(side, len(pick), masks.shape[1])):
-                    j = rows_of[lo] if LAYER_PASSES else min(range(len(jobs)), key=lambda n: patchers[n].start)
-                    outputs = patchers[j].outputs(
-                        {"input": acts[j][0]["input"][pick]}, sources, span_projectors(weights[lo:hi], dims[lo:hi]),
-                        masks[lo:hi], n_pos, [jobs[j].site for j in rows_of[lo:hi]])
-                    targets = torch.cat([pset.cf[f.variable][pick] for f in cand_fits[lo:hi]])
-                    n_all = n_pos.repeat(hi - lo)
-                    loss = _loss(task, side.reader.evidence(outputs, n_all), targets, n_all).sum() / len(pick)
-                    loss.backward()
-                optimizer.step()
+            _adam_steps(task, side, (jobs, patchers), [cand_fits[c] for c in live], [rows_of[c] for c in live],
+                        (moving, dims[live], optimizer), usable, settings, generator, caches, steps)
     finally:
         for p in frozen:
             p.requires_grad_(True)
     with torch.no_grad():
-        fitted = span_projectors(weights.detach(), dims)
+        weights[live] = moving.detach()
+        fitted = span_projectors(weights, dims)
     out, at = {}, 0
     for j, cands in zip(ids, candidates, strict=True):
         out[j] = (fitted[at:at + len(cands)], initial[at:at + len(cands)])
         at += len(cands)
     return out
+
+
+def _adam_steps(task: tasks.Task, side: Side, sites: tuple[list[FitJob], list[Patcher]], cand_fits: list[Fit],
+                rows_of: list[int], fitted: tuple[torch.Tensor, torch.Tensor, torch.optim.Optimizer],
+                usable: list[PairSet], settings: Settings, generator: torch.Generator, caches: dict[str, dict],
+                steps: int) -> None:
+    """``steps`` Adam steps on the free weights of ``cand_fits`` (``fitted``: the weights, their fits' dimensions
+    and the optimizer; candidate c is patched at the site of job rows_of[c]). Each step draws its training words
+    whether or not a candidate is left (the generator's draws are the same as when every candidate runs)."""
+    jobs, patchers = sites
+    weights, dims, optimizer = fitted
+    # each pass's copies start at their own sites' layer (LAYER_PASSES), on that layer's cached input
+    layers = [patchers[j].start if LAYER_PASSES else min(p.start for p in patchers) for j in rows_of]
+    masks_of: dict[int, torch.Tensor] = {}  # per pair set: where each candidate patches
+    for step in range(steps):
+        pset = usable[step % len(usable)]
+        pick = torch.randperm(len(pset.base), generator=generator)[: settings.batch]
+        if not cand_fits:
+            continue
+        acts = {j: site_acts(patchers[j], pset, caches[jobs[j].site]) for j in dict.fromkeys(rows_of)}
+        sources = {jobs[j].site: a[1][pick] for j, a in acts.items()}
+        n_pos = pset.run.n_positions[pset.base[pick]]
+        if id(pset) not in masks_of:
+            masks_of[id(pset)] = patch_masks(side, pset.run, cand_fits)
+        masks = masks_of[id(pset)]
+        optimizer.zero_grad()
+        # the candidates in passes that fit in memory, each pass's loss backpropagated alone (the
+        # candidates' weights are disjoint rows, so the summed gradient is the whole batch's)
+        for lo, hi in layer_passes(layers, copies_per_pass(side, len(pick), masks.shape[1])):
+            j = rows_of[lo] if LAYER_PASSES else min(acts, key=lambda n: patchers[n].start)
+            outputs = patchers[j].outputs(
+                {"input": acts[j][0]["input"][pick]}, sources, span_projectors(weights[lo:hi], dims[lo:hi]),
+                masks[lo:hi], n_pos, [jobs[j].site for j in rows_of[lo:hi]])
+            targets = torch.cat([pset.cf[f.variable][pick] for f in cand_fits[lo:hi]])
+            n_all = n_pos.repeat(hi - lo)
+            loss = _loss(task, side.reader.evidence(outputs, n_all), targets, n_all).sum() / len(pick)
+            loss.backward()
+        optimizer.step()
+
+
+SKIP_INERT = True  # False: inert candidates run their Adam steps too (the same fits, more work)
+
+
+def inert_candidates(side: Side, patchers: list[Patcher], cand_fits: list[Fit], rows_of: list[int],
+                     train: list[PairSet], caches: dict[str, dict]) -> list[int]:
+    """The candidates whose patch moves nothing on any training pair: at their site and positions every
+    training pair's source activations equal its base's (a component that writes zero on every word: a
+    compiled program's empty attention layer). The patch h + ((h_src - h) Q) Q^T is then h whatever Q is,
+    so the loss's gradient in Q is zero at every step, and Adam (a zero gradient moves neither its moments
+    nor its weights) leaves the start as it is: such a fit's result is its start, without running it."""
+    still: dict[tuple[str, str], bool] = {}
+    out = []
+    for c, fit in enumerate(cand_fits):
+        patcher = patchers[rows_of[c]]
+        key = (patcher.site, fit.positions)
+        if key not in still:
+            still[key] = bool(train) and all(_unmoved(side, patcher, pset, fit, caches[patcher.site])
+                                             for pset in train)
+        if still[key]:
+            out.append(c)
+    return out
+
+
+def _unmoved(side: Side, patcher: Patcher, pset: PairSet, fit: Fit, cache: dict) -> bool:
+    base, source = site_acts(patcher, pset, cache)
+    mask = patch_masks(side, pset.run, [fit])[0].bool()
+    return torch.equal(base["site"][:, mask], source[:, mask])
 
 
 LAYER_PASSES = True  # False: every pass runs from the batch's earliest layer (the same fits, more work)

@@ -29,6 +29,35 @@ def alignment_sites(side: Side) -> list[str]:
     return [n for n in names if n in hooks]
 
 
+def twin_sites(side: Side, sites: list[str]) -> dict[str, str]:
+    """Residual sites of an ExactTransformer that hold the earlier residual site's tensor on every input, so that
+    a patch there is the same intervention, mapped to the earliest site of their chain: layer L's hook_resid_mid
+    after an attention that writes zero whatever its input (W_O and b_O zero), and its hook_resid_post after no
+    FFN or an FFN that writes zero (W_out and b_out zero, added to the stream), with no post-norm between (a
+    pre-norm feeds only the component). A compiled program's empty layers; FIRST's second FFN. Such a site's fits,
+    scores and random baseline are its twin's (table._alignment_rows); its illusion check is its own."""
+    if not side.exact:
+        return {}
+    model, out = side.model, {}
+    norms = model.cfg.per_layer("normalization")
+    last = "blocks.0.hook_resid_pre"  # the residual site before, in depth order
+
+    def zero(*weights: torch.Tensor) -> bool:
+        return not any(bool(w.detach().any()) for w in weights)
+
+    for layer, block in enumerate(model.blocks):
+        mid, post = f"blocks.{layer}.hook_resid_mid", f"blocks.{layer}.hook_resid_post"
+        if norms[layer] != "post" and zero(block.attn.W_O, block.attn.b_O) and mid in sites and last in sites:
+            out[mid] = out.get(last, last)
+        last = mid if mid in sites else last
+        mlp = block.mlp
+        if norms[layer] != "post" and post in sites and last in sites and (
+                mlp is None or model.cfg.mlp_residual and zero(mlp.W_out, mlp.b_out)):
+            out[post] = out.get(last, last)
+        last = post if post in sites else last
+    return out
+
+
 def layer_of(site: str) -> int:
     return int(site.split(".")[1])
 

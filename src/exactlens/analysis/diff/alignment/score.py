@@ -60,6 +60,9 @@ def regression_answers(cf: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch
     return decode, tol
 
 
+SKIP_UNMOVED = True  # False: every copy runs, those whose patch moves nothing too (the same scores, more work)
+
+
 @torch.no_grad()
 def score_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], psets: list[PairSet],
                 projector: torch.Tensor, cache: dict | None = None, rows: list[int] | None = None
@@ -87,10 +90,18 @@ def score_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], psets:
             continue
         base, source = site_acts(patcher, pset, cache)
         n_pos = pset.run.n_positions[pset.base]
-        outputs = patcher.outputs(base, source, projector, patch_masks(side, pset.run, stacked), n_pos)
-        decisions = side.reader.decide(outputs, n_pos.repeat(len(stacked)))
-        decisions = decisions.reshape(len(stacked), len(pset.base), *decisions.shape[1:])
-        own = decisions[-1]
+        masks = patch_masks(side, pset.run, stacked)
+        # a copy whose patch moves nothing (its positions' source activations equal the base's on every pair of
+        # the set: a component that writes zero) decides as the unpatched copy, which runs last: not run itself
+        moves = (masks.bool() & (base["site"] != source).flatten(2).any(2).any(0).cpu()).any(1)
+        run = torch.nonzero(moves | (torch.arange(len(stacked)) == len(stacked) - 1)).flatten() if SKIP_UNMOVED \
+            else torch.arange(len(stacked))
+        outputs = patcher.outputs(base, source, projector[run], masks[run], n_pos)
+        ran = side.reader.decide(outputs, n_pos.repeat(len(run)))
+        ran = ran.reshape(len(run), len(pset.base), *ran.shape[1:])
+        own = ran[-1]
+        decisions = own.unsqueeze(0).repeat(len(stacked), *([1] * own.ndim))
+        decisions[run] = ran
         for f, fit in enumerate(fits):
             cf = pset.cf[fit.variable]
             r, c = units(task, decisions[rows[f]], cf, own, n_pos)
@@ -126,13 +137,20 @@ def random_scores(task: tasks.Task, side: Side, site: str, fits: list[Fit], pset
     """The random-subspace baseline: RANDOM_DRAWS random subspaces of each fit's dimension, scored for
     its variable (fit n's draws are scores n * RANDOM_DRAWS ...). Fits of one dimension and positions
     share their draws: a random subspace does not depend on the variable, only the comparison does."""
-    shapes = sorted({(f.dim, f.positions) for f in fits})
-    projector = random_projectors([dim for dim, _ in shapes for _ in range(verdicts.RANDOM_DRAWS)], side.d_model,
-                                  generator, dtype)
+    shapes, projector = random_draws(fits, side.d_model, generator, dtype)
     draws = [f for f in fits for _ in range(verdicts.RANDOM_DRAWS)]
     rows = [shapes.index((f.dim, f.positions)) * verdicts.RANDOM_DRAWS + j
             for f in fits for j in range(verdicts.RANDOM_DRAWS)]
     return score_group(task, side, site, draws, psets, projector, cache, rows)
+
+
+def random_draws(fits: list[Fit], d: int, generator: torch.Generator, dtype: torch.dtype
+                 ) -> tuple[list[tuple[int, str]], torch.Tensor]:
+    """The shapes (dimension, positions) of ``fits`` in order and RANDOM_DRAWS random projectors of each: what
+    :func:`random_scores` scores (a twin site, whose scores are its twin's, draws them all the same)."""
+    shapes = sorted({(f.dim, f.positions) for f in fits})
+    return shapes, random_projectors([dim for dim, _ in shapes for _ in range(verdicts.RANDOM_DRAWS)], d,
+                                     generator, dtype)
 
 
 def bases(projector: torch.Tensor, fits: list[Fit]) -> list[torch.Tensor]:

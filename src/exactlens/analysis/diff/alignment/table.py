@@ -43,8 +43,8 @@ from exactlens.analysis.diff.alignment.localization import (
     source_determined,
 )
 from exactlens.analysis.diff.alignment.pairs import SPLIT, PairSet, make_pairs
-from exactlens.analysis.diff.alignment.patch import Fit, alignment_sites, position_index
-from exactlens.analysis.diff.alignment.score import bases, random_scores, score_group, units
+from exactlens.analysis.diff.alignment.patch import Fit, alignment_sites, position_index, twin_sites
+from exactlens.analysis.diff.alignment.score import bases, random_draws, random_scores, score_group, units
 from exactlens.analysis.diff.alignment.variables import (
     HighLevel,
     exact_variables,
@@ -270,10 +270,13 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
     rows: list[dict[str, Any]] = []
     finished = 0
     site_bar = bar(total=len(sites), desc="DAS sites", unit="site")
+    # a timeline's models start from their own sites' subspaces: no site shares its twin's fits there
+    twins = twin_sites(trained, sites) if settings.warm_steps is None and SHARE_TWINS else {}
     for group in site_groups(trained, sites, train + val + test):
         caches: dict[str, dict] = {site: {} for site in group}  # per site: its activations of every pair set
         plans, jobs = {}, []
         for site in group:
+            twin = twins.get(site) if twins.get(site) in group else None  # fitted in this batch: its results
             cells = base_cells + (extra if site.endswith(COMPONENT_SITES) else [])
             fits = [Fit(i, k, pos) for i, pos in cells for k in dims_of[(i, pos)]]
             keys = [(site, variables[f.variable].origin, variables[f.variable].name, f.positions, f.dim,
@@ -281,34 +284,16 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
             start = [warm.get(key) for key in keys]
             all_warm = all(b is not None for b in start)
             steps = _fit_steps(settings, all_warm)
-            starts = {} if all_warm else probe_starts(trained, site, fits, train, variables, caches[site])
-            if known and not all_warm:  # an exact label's own dimension replaces its probe starts (a probe finds it)
-                for kind in ("probe", "probe (pooled)"):
-                    starts[kind] = [None if f.variable in known else p for f, p in zip(fits, starts[kind], strict=True)]
-                starts["known direction"] = [known[f.variable] if f.variable in known else None
-                                             for f in fits]
-            plans[site] = {"cells": cells, "fits": fits, "keys": keys, "steps": steps}
-            jobs.append(FitJob(site, fits, starts, (start, steps)))
+            starts = plans[twin]["starts"] if twin is not None else \
+                _starts(trained, site, fits, train, variables, caches[site], known, all_warm)
+            plans[site] = {"cells": cells, "fits": fits, "keys": keys, "steps": steps, "starts": starts, "twin": twin}
+            jobs.append(FitJob(site, fits, starts, (start, steps), twin))
         fitted = fit_sites(task, trained, jobs, train, val, settings, gen, caches, staged=settings.warm_steps is None)
-        for job, (projector, started, val_scores) in zip(jobs, fitted, strict=True):
-            plan, site, cache = plans[job.site], job.site, caches[job.site]
+        for job, result in zip(jobs, fitted, strict=True):
             if settings.warm_steps is not None and solves["solves"]:  # a timeline's later model starts here
-                warm.update((key, basis) for key, basis, how in zip(plan["keys"], bases(projector, job.fits), started,
-                                                                     strict=True) if how != "skipped")
-            chosen = []
-            for i, pos in plan["cells"]:
-                index = {f.dim: j for j, f in enumerate(job.fits) if (f.variable, f.positions) == (i, pos)}
-                index = {k: j for k, j in index.items() if "skipped" not in val_scores[j]}
-                by_dim = {k: val_scores[j]["iia"] for k, j in index.items()}
-                training = {k: val_scores[j].get("training_iia") for k, j in index.items()}
-                chosen.append((choose_dim(by_dim, training), by_dim, index))
-            picked_index = [c[2][c[0]] for c in chosen]
-            picked = [job.fits[j] for j in picked_index]
-            proj = projector[picked_index]
-            plan.update(chosen=chosen, picked=picked, proj=proj, started=started, val_scores=val_scores,
-                        test_scores=score_group(task, trained, site, picked, test, proj, cache),
-                        train_scores=score_group(task, trained, site, picked, train, proj, cache),
-                        rand_scores=random_scores(task, trained, site, picked, test, gen, proj.dtype, cache))
+                warm.update((key, basis) for key, basis, how in zip(plans[job.site]["keys"], bases(result[0], job.fits),
+                                                                     result[1], strict=True) if how != "skipped")
+            _pick_and_score(task, trained, job, result, plans, (train, test), gen, caches[job.site])
         if untrained is not None:  # the same fit on the untrained copy, at each row's dimension
             u_caches: dict[str, dict] = {site: {} for site in group}
             u_jobs = [FitJob(site, plans[site]["picked"], probe_starts(
@@ -333,6 +318,49 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
             "verdicts": _with_searches(verdicts.variable_verdicts(
                 rows, sites, readout, token_functions=prepared.token_functions), prepared, variables),
             "pairs": settings.design, **summarize(rows, variables, sites)}
+
+
+def _pick_and_score(task: tasks.Task, trained: Side, job: FitJob, fitted: tuple, plans: dict[str, dict],
+                    pairs: tuple[list[PairSet], list[PairSet]], gen: torch.Generator, cache: dict) -> None:
+    """A site's fits after :func:`.fit.fit_sites` (``fitted``: projectors, starts, validation scores): per cell the
+    k chosen, and the picked fits' test, training and random-baseline scores, into ``plans[job.site]`` (a twin
+    site's scores are its twin's, with the random draws they took)."""
+    projector, started, val_scores = fitted
+    plan, site, (train, test) = plans[job.site], job.site, pairs
+    chosen = []
+    for i, pos in plan["cells"]:
+        index = {f.dim: j for j, f in enumerate(job.fits) if (f.variable, f.positions) == (i, pos)}
+        index = {k: j for k, j in index.items() if "skipped" not in val_scores[j]}
+        by_dim = {k: val_scores[j]["iia"] for k, j in index.items()}
+        training = {k: val_scores[j].get("training_iia") for k, j in index.items()}
+        chosen.append((choose_dim(by_dim, training), by_dim, index))
+    picked_index = [c[2][c[0]] for c in chosen]
+    picked = [job.fits[j] for j in picked_index]
+    proj = projector[picked_index]
+    plan.update(chosen=chosen, picked=picked, proj=proj, started=started, val_scores=val_scores)
+    if plan["twin"] is not None:  # the same intervention: its twin's scores (and the draws they took)
+        random_draws(picked, trained.d_model, gen, proj.dtype)
+        plan.update({key: [dict(score) for score in plans[plan["twin"]][key]]
+                     for key in ("test_scores", "train_scores", "rand_scores")})
+        return
+    plan.update(test_scores=score_group(task, trained, site, picked, test, proj, cache),
+                train_scores=score_group(task, trained, site, picked, train, proj, cache),
+                rand_scores=random_scores(task, trained, site, picked, test, gen, proj.dtype, cache))
+
+
+SHARE_TWINS = True  # False: a twin site (.patch.twin_sites) is fitted and scored itself (the same rows, more work)
+
+
+def _starts(trained: Side, site: str, fits: list[Fit], train: list[PairSet], variables: list[HighLevel],
+            cache: dict, known: dict[int, torch.Tensor], all_warm: bool) -> dict[str, list[torch.Tensor | None]]:
+    """The fits' starts besides the random one (:func:`.fit.probe_starts`): none where every fit starts warm; an
+    exact label's own dimension replaces its probe starts (a probe finds it)."""
+    starts = {} if all_warm else probe_starts(trained, site, fits, train, variables, cache)
+    if known and not all_warm:
+        for kind in ("probe", "probe (pooled)"):
+            starts[kind] = [None if f.variable in known else p for f, p in zip(fits, starts[kind], strict=True)]
+        starts["known direction"] = [known[f.variable] if f.variable in known else None for f in fits]
+    return starts
 
 
 def _with_searches(lines: dict[str, dict[str, Any]], prepared: Prepared, variables: list[HighLevel]
