@@ -38,12 +38,17 @@ SHORT = dict(MEASURE, strings_per_epoch=64, batch_size=64, lr=3e-3)
 TRACR = dict(MEASURE, train_length=(1, 5), test_length=(1, 5))  # else the task defaults
 
 
-def registered(name: str) -> dict[str, Any]:
-    """A case trained with its preset's per-task SIIT defaults (``Preset.siit_defaults``: what ``exactlens train
-    NAME --siit`` uses), measured on the small test set."""
-    from exactlens.train import get_preset
+def registered(name: str, **lengths: Any) -> dict[str, Any]:
+    """A case trained with its per-task SIIT defaults (what ``exactlens train NAME --siit`` uses: a paper preset's
+    ``Preset.siit_defaults``, else the construction's ``Construction.siit_defaults``, read without building it),
+    measured on the small test set; ``lengths``: the case's train and test lengths where the defaults set none."""
+    from exactlens.constructions import registry as constructions
+    from exactlens.plugins import load_plugins
+    from exactlens.train.registry import PRESETS
 
-    return dict(get_preset(name).siit_defaults, **MEASURE)
+    load_plugins()
+    defaults = PRESETS[name].siit_defaults if name in PRESETS else constructions.get(name).siit_defaults
+    return dict(defaults, **lengths, **MEASURE)
 
 
 CASES: dict[str, dict[str, Any]] = {
@@ -52,8 +57,8 @@ CASES: dict[str, dict[str, Any]] = {
     "dyck1": dict(SHORT, epochs=2000, train_length=(1, 8), test_length=(1, 8)),
     "induction-recent": dict(SHORT, epochs=2000, train_length=(1, 8), test_length=(1, 8)),
     "majority": registered("majority"),
-    "tracr-hist": dict(TRACR, epochs=300),
-    "tracr-count_token": dict(TRACR, epochs=300),
+    "tracr-hist": registered("tracr-hist", train_length=(1, 5), test_length=(1, 5)),
+    "tracr-count_token": registered("tracr-count_token", train_length=(1, 5), test_length=(1, 5)),
     "tracr-reverse": dict(TRACR, epochs=300),
     "sm-solution1": dict(optimizer="adam", epochs=1000, strings_per_epoch=128, batch_size=128, lr=3e-3,
                          lr_schedule="constant", eval_every=0, test_strings=200, train_length=(2, 8),

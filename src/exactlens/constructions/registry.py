@@ -65,6 +65,11 @@ class Construction:
     # the builder parameter that sets the shortest |w| (majority-per-position's min_margin: a shorter word
     # cannot lead by the margin); ``list`` shows its default as min_length
     min_length_param: str | None = None
+    # the options ``exactlens train NAME --siit`` uses for a model shaped like this construction
+    # (exactlens.train.shaped): the settings measured to meet SIIT's targets, as a paper preset's ``siit_defaults``
+    # (docs/siit.md "Per-task SIIT defaults"); the user's options still win. Checked against the training options
+    # when that preset is made.
+    siit_defaults: dict[str, Any] = field(default_factory=dict)
     _builder: Callable[..., ExactTransformer] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property

@@ -22,7 +22,9 @@ Widths (documented defaults): d_model = max(16, the construction's d_model), rou
 multiple of the number of heads; d_mlp = 4 d_model where the construction has an FFN, else 0.
 Training settings (and a task's own d_model, where one is registered) come from the task's
 registered training defaults (papers and plug-ins register
-them with :func:`exactlens.train.presets.register_task_defaults`), else GENERIC_TASK_DEFAULTS.
+them with :func:`exactlens.train.presets.register_task_defaults`), else GENERIC_TASK_DEFAULTS; with
+``siit`` the construction's own ``siit_defaults`` (exactlens.constructions.registry.Construction) replace them,
+as a paper preset's do.
 """
 
 from __future__ import annotations
@@ -187,6 +189,7 @@ def shaped_preset_fields(name: str) -> dict[str, Any]:
         if construction.task_params else {},
         validate=validate,
         complete=complete,
+        siit_defaults=dict(construction.siit_defaults),
     )
 
 

@@ -46,18 +46,19 @@ def register_program(name: str, make_program: Callable[..., Any], vocab: Sequenc
     ``make_sort_unique``), described by ``domain_doc``; the task samples and enumerates only such words.
     ``first_target``: positions before it have no target (e.g. ``detect_pattern``'s None-padded
     start). ``compiler_bos``, ``compiler_pad``, ``causal``: as in tracr's ``compile_rasp_to_model``.
-    ``kind``: "prediction" or "regression", declared so that listing needs no tracr. These details are
-    keywords: the optional fields of :class:`ProgramSpec`, and ``kind``. Nothing is compiled until the
-    construction is built."""
+    ``kind``: "prediction" or "regression", declared so that listing needs no tracr. ``siit_defaults``: the
+    training options ``exactlens train tracr-<name> --siit`` uses (a dict; the construction's ``siit_defaults``,
+    as a paper preset's: docs/siit.md). These details are keywords: the optional fields of :class:`ProgramSpec`,
+    ``kind`` and ``siit_defaults``. Nothing is compiled until the construction is built."""
     from exactlens import constructions, tasks
     from exactlens.constructions.registry import Construction
 
     defaults = {f.name: f.default for f in fields(ProgramSpec) if f.default is not MISSING}
-    known = set(defaults) | {"kind"}
+    known = set(defaults) | {"kind", "siit_defaults"}
     if set(options) - known:
         raise ExactLensError(f"register_program has no option {', '.join(sorted(set(options) - known))}; its "
                              f"options: {', '.join(sorted(known))}")
-    o = {**defaults, "kind": None, **options}
+    o = {**defaults, "kind": None, "siit_defaults": {}, **options}
     summary, domain, domain_doc, first_target = o["summary"], o["domain"], o["domain_doc"], o["first_target"]
     compiler_bos, compiler_pad, causal, kind = o["compiler_bos"], o["compiler_pad"], o["causal"], o["kind"]
 
@@ -67,6 +68,9 @@ def register_program(name: str, make_program: Callable[..., Any], vocab: Sequenc
         raise ExactLensError(f"make_program must be a function returning a RASP program, got {make_program!r}")
     if name in PROGRAMS:
         raise ExactLensError(f"a RASP program named {name!r} is already registered (as tracr-{name})")
+    if not isinstance(o["siit_defaults"], dict) or not all(isinstance(k, str) for k in o["siit_defaults"]):
+        raise ExactLensError(f"siit_defaults must be a dict of training options (name -> value), got "
+                             f"{o['siit_defaults']!r:.80}")
     if domain is not None and not callable(domain):
         raise ExactLensError(f"domain must be None or a predicate on a word's values, got {domain!r}")
     if not isinstance(first_target, int) or isinstance(first_target, bool) or first_target < 0:
@@ -97,6 +101,7 @@ def register_program(name: str, make_program: Callable[..., Any], vocab: Sequenc
     constructions.register(Construction(
         task_name, task_name, build, PAPER, summary or f"the RASP program {name}, compiled by tracr",
         task_params=lambda p: {"max_seq_len": p["max_seq_len"]}, tags=("tracr",), max_length_param="max_seq_len",
+        siit_defaults=dict(o["siit_defaults"]),
     ))
     PROGRAMS[name] = spec
     return spec
@@ -157,6 +162,14 @@ def _library() -> list[dict[str, Any]]:
     ]
 
 
+SIIT_DEFAULTS: dict[str, dict[str, Any]] = {
+    name: {"epochs": 300, "strings_per_epoch": 512, "batch_size": 128, "lr": 3e-3, "lr_schedule": "warmup_linear"}
+    for name in ("hist", "count_token")
+}
+"""The programs whose SIIT runs met the targets (docs/siit.md "Per-task SIIT defaults"): the measured settings (today
+the shaped models' generic ones, at |w| 1..max_seq_len), pinned so that ``train tracr-NAME --siit`` keeps them."""
+
+
 def register() -> None:
     """The plug-in ``tracr``: registers tracr's library programs and the catalogue's
     (:mod:`.catalogue`) where tracr is installed (found without importing it, or jax). Without tracr
@@ -168,4 +181,5 @@ def register() -> None:
         return
     for entry in _library() + catalogue():
         if entry["name"] not in PROGRAMS:
-            register_program(**entry, kind="regression" if entry["name"] in NUMERICAL else "prediction")
+            register_program(**entry, kind="regression" if entry["name"] in NUMERICAL else "prediction",
+                             siit_defaults=SIIT_DEFAULTS.get(entry["name"], {}))
