@@ -189,6 +189,10 @@ def test_twin_sites_are_found_from_the_weights() -> None:
 
     assert twins("first") == {"blocks.1.hook_resid_post": "blocks.1.hook_resid_mid"}
     assert twins("first-ln-eta") == {}
+    model = build("first", dtype="float64")  # without the site between, a changed stream breaks the chain
+    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
+    fewer = [s for s in patch.alignment_sites(side) if s != "blocks.1.hook_resid_mid"]
+    assert patch.twin_sites(side, fewer) == {}  # layer 1's attention writes between resid_post 0 and 1
     assert twins("palindrome-hash") == {
         "blocks.0.hook_resid_post": "blocks.0.hook_resid_mid", "blocks.1.hook_resid_post": "blocks.1.hook_resid_mid",
         "blocks.2.hook_resid_mid": "blocks.1.hook_resid_mid", "blocks.3.hook_resid_mid": "blocks.2.hook_resid_post",

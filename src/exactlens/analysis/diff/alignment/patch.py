@@ -40,21 +40,25 @@ def twin_sites(side: Side, sites: list[str]) -> dict[str, str]:
         return {}
     model, out = side.model, {}
     norms = model.cfg.per_layer("normalization")
-    last = "blocks.0.hook_resid_pre"  # the residual site before, in depth order
+    last: str | None = "blocks.0.hook_resid_pre" if "blocks.0.hook_resid_pre" in sites else None
+    # ``last``: the residual site before, in depth order, whose tensor the stream still holds (None: none does)
 
     def zero(*weights: torch.Tensor) -> bool:
         return not any(bool(w.detach().any()) for w in weights)
 
     for layer, block in enumerate(model.blocks):
         mid, post = f"blocks.{layer}.hook_resid_mid", f"blocks.{layer}.hook_resid_post"
-        if norms[layer] != "post" and zero(block.attn.W_O, block.attn.b_O) and mid in sites and last in sites:
-            out[mid] = out.get(last, last)
-        last = mid if mid in sites else last
         mlp = block.mlp
-        if norms[layer] != "post" and post in sites and last in sites and (
-                mlp is None or model.cfg.mlp_residual and zero(mlp.W_out, mlp.b_out)):
-            out[post] = out.get(last, last)
-        last = post if post in sites else last
+        unchanged = {mid: norms[layer] != "post" and zero(block.attn.W_O, block.attn.b_O),
+                     post: norms[layer] != "post" and (mlp is None or model.cfg.mlp_residual
+                                                       and zero(mlp.W_out, mlp.b_out))}
+        for site, same in unchanged.items():
+            if not same:  # the stream changes here: no later site is a twin of one before
+                last = site if site in sites else None
+            elif site in sites:
+                if last is not None:
+                    out[site] = out.get(last, last)
+                last = site
     return out
 
 
