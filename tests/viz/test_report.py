@@ -224,6 +224,8 @@ def test_a_trained_vs_exact_diff_per_task_kind(report: Path, anchor: str) -> Non
     assert "Causal alignment (DAS)" in section and "held-out R^2 of a ridge probe" in section
     data = _strict_json(report / "data" / f"{anchor}.json")
     assert data["alignment"] and data["summary"]["mean_das_iia_changed"] is not None
+    # a model that does not solve its task takes das_unsolved_steps (here the quick report's das_steps: the same)
+    assert data["settings"]["das_unsolved_steps"] == data["settings"]["das_steps"] == 20
     iia_cells = re.findall(r"k=\d", section)
     assert len(iia_cells) >= len(data["alignment"])  # one cell per (variable, site) row
 
