@@ -171,13 +171,21 @@ def test_config_labels_vocab_and_readout():
     assert model.to_string(task.tokenize(["abc"]).tokens[0]) == "abc"
 
 
-def test_compile_program_is_tracr_compile():
-    """compile_program runs tracr's passes as compile_rasp_to_model does: the same weights and labels."""
+@pytest.mark.parametrize("name", ["hist", "sort"])
+def test_compile_program_is_tracr_compile(name: str):
+    """compile_program runs tracr's passes as compile_rasp_to_model does: the same weights and labels (its
+    assembly with haiku's random initializers giving zeros: compile.zero_initializers), and leaves haiku's
+    initializers as they were."""
+    import haiku as hk
+    import jax
     from tracr.compiler import compiling
 
-    program = library.program("hist", 5)
-    ours = el_tracr.compile_program(program, {"a", "b", "c"}, 5, relabel=False)
-    theirs = compiling.compile_rasp_to_model(program, {"a", "b", "c"}, 5, compiler_bos="compiler_bos")
+    program = library.program(name, 5)
+    vocab = set(library.program_spec(name).vocab)
+    ours = el_tracr.compile_program(program, vocab, 5, relabel=False)
+    theirs = compiling.compile_rasp_to_model(program, vocab, 5, compiler_bos="compiler_bos")
+    draw = hk.transform(lambda: hk.get_parameter("w", [3, 2], init=hk.initializers.TruncatedNormal()))
+    assert np.abs(np.asarray(draw.init(jax.random.PRNGKey(0))["~"]["w"])).sum() > 0  # random again
     assert ours.assembled.residual_labels == theirs.residual_labels
     assert ours.assembled.params.keys() == theirs.params.keys()
     for module, values in theirs.params.items():

@@ -224,6 +224,13 @@ def test_a_trained_vs_exact_diff_per_task_kind(report: Path, anchor: str) -> Non
     assert "Causal alignment (DAS)" in section and "held-out R^2 of a ridge probe" in section
     data = _strict_json(report / "data" / f"{anchor}.json")
     assert data["alignment"] and data["summary"]["mean_das_iia_changed"] is not None
+    if anchor != "diff-first":  # Chiang & Cholak's own diff (its FIRST solves the task in the full report)
+        # a TrainedDiff whose model does not solve its task takes das_unsolved_steps (5 of the quick report's 20),
+        # and the page says so
+        assert data["settings"]["das_steps"] == 20 and data["settings"]["das_unsolved_steps"] == 5
+        solves = data["alignment_details"]["solves"]["solves"]
+        assert data["alignment_details"]["settings"]["steps"] == (20 if solves else 5)
+        assert ("each fit here took 5 Adam steps instead of 20" in section) == (not solves)
     iia_cells = re.findall(r"k=\d", section)
     assert len(iia_cells) >= len(data["alignment"])  # one cell per (variable, site) row
 

@@ -39,7 +39,8 @@ first, then the other compiled programs (each a tracr compilation of 5-20 s), th
 starts last and leaves the other workers idle."""
 SLOW_BUILDERS = ("pairs_diff_sections", "majority_diff_sections")
 """The papers' builders that take longest (each a training and a whole diff: 133 and 97 s of CPU in the full report
-of 2026-11-28, README), started right after the first of ``SLOW_FIRST``."""
+of 2026-11-28, 75 and 77 s since their DAS fits take ``das_unsolved_steps``, README), started right after the first of
+``SLOW_FIRST``."""
 
 
 APART = ("tracr-shuffle_dyck2",)

@@ -33,6 +33,8 @@ class TrainedDiff:
     quick_strings: int = 12
     das_steps: int = 60
     quick_das_steps: int = 20  # --quick: the formation timelines' DAS steps
+    unsolved_das_steps: int = 20  # where the trained model does not solve the task (diff's das_unsolved_steps)
+    quick_unsolved_das_steps: int = 5  # ... in --quick
     note: str = ""
 
 
@@ -53,8 +55,10 @@ def trained_diff_section(ctx: ReportContext, spec: TrainedDiff) -> Section:
         run = train(spec.train_name, seed=0, **options)
         trained_s = time.perf_counter() - start
         strings = spec.quick_strings if ctx.quick else spec.strings
+        das_steps = spec.quick_das_steps if ctx.quick else spec.das_steps
+        unsolved = spec.quick_unsolved_das_steps if ctx.quick else spec.unsolved_das_steps
         result = diff(run.model, spec.against, params=spec.params or None, lengths=list(spec.lengths),
-                      strings=strings, das_steps=spec.quick_das_steps if ctx.quick else spec.das_steps,
+                      strings=strings, das_steps=das_steps, das_unsolved_steps=min(das_steps, unsolved),
                       alignment_pairs=strings)
         data = ctx.write_json(f"{spec.anchor}.json", result)
         views = attention_views(result, run.model, ctx.out_dir / "attention" / spec.anchor,

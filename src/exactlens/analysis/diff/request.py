@@ -90,6 +90,10 @@ class DiffOptions:
     das_max_dim: int = option(3, kind=Int(1), help="DAS tries subspace dimensions 1..N (default 3) and a variable's "
                                      "own dimension where it needs more (classes - 1, a count vector)")
     das_steps: int = option(80, kind=Int(1), help="Adam steps per DAS fit group (default 80)")
+    das_unsolved_steps: Any = option(None, kind=Int(1), metavar="N",
+                                     help="Adam steps per DAS fit group where the trained model does not solve the "
+                                          "task: every verdict is then 'model does not solve the task' whatever the "
+                                          "fits find (default: --das-steps; a timeline fits no such model at all)")
     alignment_pairs: int = option(64, kind=Int(5), help="DAS pairs: with designed pairs, the changed test pairs "
                                   "wanted per variable (training and validation pairs in proportion); with random "
                                   "pairs, pairs per length (default 64)")

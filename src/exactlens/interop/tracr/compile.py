@@ -10,7 +10,8 @@ is tracr's own (tests check it equals ``compile_rasp_to_model``'s, weight for we
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,14 +127,41 @@ def compile_program(
         compiler.expr_to_craft_graph.add_craft_components_to_rasp_graph(
             graph, bos_dir=bos_direction, mlp_exactness=mlp_exactness)
         craft_model = compiler.craft_graph_to_model.craft_graph_to_model(graph, sources)
-        assembled = compiler.craft_model_to_transformer.craft_model_to_transformer(
-            craft_model=craft_model, graph=graph, sink=sink, max_seq_len=max_seq_len, causal=causal,
-            compiler_bos=compiler_bos, compiler_pad=compiler_pad)
+        with zero_initializers():
+            assembled = compiler.craft_model_to_transformer.craft_model_to_transformer(
+                craft_model=craft_model, graph=graph, sink=sink, max_seq_len=max_seq_len, causal=causal,
+                compiler_bos=compiler_bos, compiler_pad=compiler_pad)
     except (NotImplementedError, ValueError, TypeError, KeyError, AssertionError) as err:
         raise ExactLensError(f"tracr could not compile {what}: {type(err).__name__}: {err}") from err
     order = [v for v in assembled.input_encoder.encoding_map if v not in (compiler_bos, compiler_pad)]
     return CompiledProgram(program, tuple(order), max_seq_len, compiler_bos, compiler_pad, bool(causal),
                            mlp_exactness, graph, sink, craft_model, assembled, name)
+
+
+RANDOM_INITIALIZERS = ("TruncatedNormal", "RandomNormal", "RandomUniform", "VarianceScaling")
+"""haiku's random initializers, which tracr's assembly calls only for weights it then overwrites."""
+
+
+@contextmanager
+def zero_initializers() -> Iterator[None]:
+    """While tracr assembles a model: haiku's random initializers give zeros (numpy) instead of random draws.
+    tracr initializes the haiku model once to learn its parameters' shapes, sets every transformer weight to
+    zero and writes the compiled ones; the embeddings are given explicitly. So the model is the same weight for
+    weight (tests/interop/test_tracr.py compares it with ``compile_rasp_to_model``'s), without a jax random draw
+    and an XLA compilation per weight shape, which took about two thirds of a program's compilation (tracr-sort
+    2.7 -> 1.0 s of CPU, tracr-reverse 3.1 -> 1.0 s; 2026-11-28, docs/architecture.md)."""
+    import haiku as hk
+    import numpy as np
+
+    classes = [getattr(hk.initializers, name) for name in RANDOM_INITIALIZERS]
+    saved = [cls.__dict__["__call__"] for cls in classes]
+    for cls in classes:
+        cls.__call__ = lambda self, shape, dtype: np.zeros(shape, dtype)
+    try:
+        yield
+    finally:
+        for cls, call in zip(classes, saved, strict=True):
+            cls.__call__ = call
 
 
 def infer_graph(program: Any, vocab: Iterable[Any], max_seq_len: int) -> tuple[Any, dict[str, Any]]:

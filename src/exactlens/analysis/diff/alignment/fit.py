@@ -46,6 +46,7 @@ class Settings:
     warm_steps: int | None = None  # Adam steps of a fit warm-started from an earlier model's subspace (None: steps)
     design: str = "designed"  # the pairs: "designed" from the exact circuit (:mod:`.designed`) or "random"
     positions: int = 1  # position-resolved variables per answer-determined exact label (.variables.position_variables)
+    unsolved_steps: int | None = None  # Adam steps where the trained model does not solve the task (None: steps)
 
 
 SKIPPED = {"iia": None, "iia_changed": None, "skipped": "a smaller k of this variable reached the validation IIA "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -259,6 +259,7 @@ def _alignment_rows(runs: list[LengthRun], trained: Side, exact: Side, settings:
     solves = verdicts.solves_task(task, runs, trained, units)
     if settings.warm_steps is not None and not solves["solves"]:  # a timeline's checkpoint: no fit changes it
         return _unsolved(prepared, settings, trained, solves)
+    settings = _unsolved_steps(settings, solves)
     known = known_directions(trained, variables, exact, train)
     warm = carry.setdefault("alignment_fits", {})  # (site, origin, variable, positions, dim, d) -> basis
     # k = 1..max_dim, and the variable's own dimension where it needs more (classes - 1, a count vector)
@@ -477,6 +478,15 @@ def _unsolved(prepared: Prepared, settings: Settings, trained: Side, solves: dic
             "verdicts": _with_searches(lines, prepared, variables), **summarize([], variables)}
 
 
+def _unsolved_steps(settings: Settings, solves: dict[str, Any]) -> Settings:
+    """The settings of one diff's fits: ``settings.unsolved_steps`` Adam steps instead of ``settings.steps`` where
+    the trained model does not solve the task (every verdict is then "model does not solve the task" whatever the
+    fits find: verdicts.row_verdict; the report's diffs of models that do not solve their task), else as given."""
+    if solves["solves"] or settings.unsolved_steps is None:
+        return settings
+    return replace(settings, steps=settings.unsolved_steps)
+
+
 def _fit_steps(settings: Settings, all_warm: bool) -> int | None:
     """A site's Adam steps in a timeline (``settings.warm_steps`` set; None: ``settings.steps``): the short
     count where every fit starts from an earlier solving model's subspace, else the full count."""
@@ -500,7 +510,7 @@ def _settings(settings: Settings, side: Side) -> dict[str, Any]:
             "batch": settings.batch, "pairs": settings.design,
             "pairs_per_length": None if designed else settings.pairs,
             "changed_test_pairs_per_variable": settings.pairs if designed else None, "split": list(SPLIT),
-            "untrained_baseline": settings.untrained}
+            "untrained_baseline": settings.untrained, "unsolved_steps": settings.unsolved_steps}
 
 
 def summarize(rows: list[dict[str, Any]], variables: list[HighLevel], sites: list[str] | None = None

@@ -26,7 +26,8 @@ def run(ctx: Any, request: Any) -> Done:
 
     settings = Settings(max_dim=request.das_max_dim, steps=request.das_steps, pairs=request.alignment_pairs,
                         seed=request.seed, untrained=request.untrained_baseline,
-                        warm_steps=getattr(request, "das_warm_steps", None), design=request.pairs)
+                        warm_steps=getattr(request, "das_warm_steps", None), design=request.pairs,
+                        unsolved_steps=getattr(request, "das_unsolved_steps", None))
     baseline = untrained_copy(ctx.model, request.seed + 1) if request.untrained_baseline else None
     if request.untrained_baseline and ctx.foreign is not None:  # the user's model: its own initializer
         from exactlens.interop.foreign import untrained_foreign
@@ -119,7 +120,22 @@ def page(result: dict[str, Any]) -> list[str]:
         "and the 95th percentile of 20 random subspaces of the same dimension:</p>",
         table(["variable", "verdict", "site", "positions", "k", "IIA (changed)", "95 % interval", "changed pairs",
                "lift", "random p95"], best, 4),
-    ]
+    ] + _unsolved_note(result)
+
+
+def _unsolved_note(result: dict[str, Any]) -> list[str]:
+    """Where the fits took fewer Adam steps because the trained model does not solve the task (the request's
+    ``das_unsolved_steps``), the page says so and why the verdicts stand."""
+    details = result.get("alignment_details", {})
+    steps, usual = details.get("settings", {}).get("steps"), result.get("settings", {}).get("das_steps")
+    solves = details.get("solves") or {}
+    if solves.get("solves") is not False or steps is None or usual is None or steps == usual:
+        return []
+    return [f"<p>The trained model does not solve the task (accuracy {num(solves.get('accuracy'))} on the diff's "
+            f"words, below the threshold {num(solves.get('threshold'))}; chance {num(solves.get('chance'))}), so every "
+            "verdict is \"model does not solve the task\" whatever the fits find: each fit here took "
+            f"{steps} Adam steps instead of {usual} (<code>das_unsolved_steps</code>), and its IIA may be lower than "
+            "a longer fit's.</p>"]
 
 
 PART = Part("alignment", run, ("words", "probe_fits"), ("alignment", "alignment_details"), SUMMARY, order=80,
