@@ -224,6 +224,8 @@ def run_parallel(ctx: Any, builders: Sequence[Callable], in_workers: Sequence[Ca
     results: dict[int, Any] = {}
     with context.Pool(min(jobs, len(items)), initializer=initializer, initargs=initargs) as pool:  # exit: terminated
         results = _run_all(pool, items, min(jobs, len(items)))
+        pool.close()  # the workers exit on their own, running their finalizers (a terminated worker leaves its
+        pool.join()  # semaphores to the resource tracker, which warns of them at shutdown)
     whole = {}
     for index, (result, wall, cpu) in sorted(results.items()):
         kind, _, what, _ = items[index]
