@@ -22,8 +22,11 @@ attention; the factor is one multiply). The sweep trains each grid point's seeds
 
 ``--sweep-only``: the sweep alone, e.g. to compare two versions of exactlens (PYTHONPATH) in the same conditions.
 
+``--device cuda`` (where a GPU is present): the in-process comparison alone, on the GPU (plain runs and one
+``train_many`` there, wall seconds with the GPU synchronized), for reference beside the CPU's goal.
+
 Usage: PYTHONPATH=src python benchmarks/bench_stacked.py [--quick] [--epochs N] [--seeds N] [--sweep-only]
-       [--results PATH]
+       [--device cpu|cuda] [--results PATH]
 """
 
 from __future__ import annotations
@@ -39,46 +42,51 @@ from pathlib import Path
 import torch
 from bench_sweep import fig4_settings, spec_text
 from bench_training import PaperLoopModel
-from bench_vs_torch import plain_epochs
+from bench_vs_torch import clock, plain_epochs
 from goals import Goals, add_arguments
 
 
-def plain_run(length: int, epochs: int, test_length: int, test_strings: int, seed: int) -> float:
+def plain_run(length: int, epochs: int, test_length: int, test_strings: int, seed: int,
+              device: torch.device = torch.device("cpu")) -> float:
     """One plain run (training and its final test), seconds."""
     start = time.perf_counter()
     torch.manual_seed(seed)
-    model = PaperLoopModel()
+    model = PaperLoopModel().to(device)
     optim = torch.optim.Adam(model.parameters(), lr=3e-4)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     plain_epochs(model, optim, length, epochs, generator)
     model.eval()
     with torch.no_grad():
-        words = torch.randint(0, 2, (test_strings, test_length), generator=generator)
-        tokens = torch.cat([torch.full((test_strings, 1), 2), words], dim=1)
+        words = torch.randint(0, 2, (test_strings, test_length), generator=generator, device=device)
+        tokens = torch.cat([torch.full((test_strings, 1), 2, device=device), words], dim=1)
         ((model(tokens) > 0) == (words[:, 0] == 1)).float().mean().item()
     return time.perf_counter() - start
 
 
-def in_process(lengths: list[int], seeds: int, epochs: int) -> dict[int, tuple[float, float]]:
+def in_process(lengths: list[int], seeds: int, epochs: int, device: torch.device = torch.device("cpu")
+               ) -> dict[int, tuple[float, float]]:
     """Per length: process CPU seconds per run of ``seeds`` plain runs one after the other and of one
     ``train_many`` of as many seeds, in this process on one thread, training only (a one-word test), the two
     sides alternating (plain first at even lengths): what stacking saves, without the sweep's worker start-up,
-    its final tests and the machine's other load (CPU time, not wall)."""
+    its final tests and the machine's other load (CPU time, not wall; on a GPU, wall time: :func:`clock`)."""
     from exactlens.train import train_many
 
     options = dict(epochs=epochs, strings_per_epoch=100, batch_size=100, eval_every=0, test_strings=1, test_length=1,
-                   lr=3e-4)
+                   lr=3e-4, device=device)
+    if device.type != "cpu":  # warm-up: the GPU's kernels and the first allocations outside the timing
+        plain_run(lengths[0], 2, 1, 1, 0, device)
+        train_many("first", [0, 1], train_length=lengths[0], **dict(options, epochs=2))
     out = {}
     for i, length in enumerate(lengths):
         times = {}
         for side in (("plain", "stacked") if i % 2 == 0 else ("stacked", "plain")):
-            start = time.process_time()
+            start = clock(device)
             if side == "plain":
                 for seed in range(seeds):
-                    plain_run(length, epochs, 1, 1, seed)
+                    plain_run(length, epochs, 1, 1, seed, device)
             else:
                 train_many("first", list(range(seeds)), train_length=length, **options)
-            times[side] = (time.process_time() - start) / seeds
+            times[side] = (clock(device) - start) / seeds
         out[length] = (times["plain"], times["stacked"])
     return out
 
@@ -92,9 +100,13 @@ def main() -> int:
                         "exactlens in the same conditions: the plain runs do not depend on it)")
     parser.add_argument("--cpu-epochs", type=int, default=None, help="epochs of the in-process CPU comparison "
                         "(default: half of --epochs)")
+    parser.add_argument("--device", default="cpu", help="cpu (default); cuda / cuda:N: the in-process comparison "
+                        "alone, on that GPU")
     add_arguments(parser)
     args = parser.parse_args()
     lengths, seeds, epochs, test_length, test_strings = fig4_settings(args, 50)
+    if args.device != "cpu":
+        return on_device(args, lengths, seeds, epochs)
     cores = os.cpu_count() or 1
     runs = len(lengths) * 2 * seeds
     goals = Goals("bench_stacked.py", quick=args.quick)
@@ -163,6 +175,25 @@ def main() -> int:
               ">= 10")
     goals.add(f"the same per core ({workers} workers)", per_core, "x")
     goals.add("sweep: seconds per run (wall)", sweep_wall / runs, "s")
+    goals.write(args.results, args.overwrite)
+    return 0
+
+
+def on_device(args: argparse.Namespace, lengths: list[int], seeds: int, epochs: int) -> int:
+    """``--device cuda``: plain runs one after the other against one ``train_many`` of as many seeds, on the GPU."""
+    from exactlens.devices import device_name, resolve_device
+
+    device = resolve_device(args.device)
+    goals = Goals("bench_stacked.py", quick=args.quick)
+    cpu_epochs = args.cpu_epochs or max(2, epochs // 2)
+    print(f"torch {torch.__version__}, {device_name(device)} ({torch.cuda.get_device_name(device)}); {seeds} seeds "
+          f"per length, {cpu_epochs} epochs of 100 words, training only, wall time", flush=True)
+    print("| \\|w\\| | plain wall s/run | train_many wall s/run | plain / stacked |")
+    print("|---|---|---|---|")
+    for length, (p, s) in in_process(lengths, seeds, cpu_epochs, device).items():
+        print(f"| {length} | {p:.3f} | {s:.3f} | **{p / s:.2f}x** |", flush=True)
+        goals.add(f"plain runs vs train_many of {seeds} seeds on {device_name(device)}, |w| = {length}, training only, "
+                  "wall time", p / s, "x")
     goals.write(args.results, args.overwrite)
     return 0
 

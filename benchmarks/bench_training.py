@@ -205,7 +205,7 @@ class PaperLoopModel(torch.nn.Module):
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
         words = w if w.ndim == 2 else w.unsqueeze(0)
-        is_first = (torch.arange(words.shape[1]) == 1).float().view(1, -1, 1)  # I[i = 1]
+        is_first = (torch.arange(words.shape[1], device=words.device) == 1).float().view(1, -1, 1)  # I[i = 1]
         y = self.encoder(self.word_embedding(words) + self.pos_adapter(is_first))
         logits = self.output_layer(y[:, 0])[:, 0]
         return logits if w.ndim == 2 else logits[0]

@@ -223,6 +223,42 @@ def test_transported_directions_carry_exact_labels_into_a_rotated_basis() -> Non
                                   [SimpleNamespace(run=bent, base=torch.arange(40))]) == {}
 
 
+def test_transported_directions_use_the_weights_where_the_activations_span_less() -> None:
+    """tracr-shuffle_dyck on words of lengths 4 and 6: the activations span 27 of 41 dimensions and tie 'token is ('
+    plus 'token is )' to other labels, so the activations alone carry bools_open_6 30 degrees off e_i Q (its
+    rotated self-diff's fits started there and stayed at IIA 0.0 on 68 changed test pairs); with both models'
+    weights in the residual space the map is Q itself. A copy whose weights are no rotation of the exact ones
+    falls back to the activations alone, under the same exactness test."""
+    from types import SimpleNamespace
+
+    exact_model = build("tracr-shuffle_dyck", dtype="float64")
+    q = random_rotation(exact_model.cfg.d_model, torch.Generator().manual_seed(2), fix_ones=True)
+    rotated = rotate_residual(exact_model, q)
+    task = tasks.of_model(exact_model)
+    tokens = [task.encode(task.sample(n, 40, torch.Generator().manual_seed(n))).tokens for n in (4, 6)]
+    sites = [f"blocks.{layer}.hook_resid_{kind}" for layer in range(exact_model.cfg.n_layers)
+             for kind in ("mid", "post")]
+    runs = []
+    for words in tokens:
+        acts = [{s: c[s].double().numpy() for s in sites} for c in (m.run_with_cache(words)[1]
+                                                                   for m in (exact_model, rotated))]
+        runs.append(SimpleNamespace(run=SimpleNamespace(exact_acts=acts[0], trained_acts=acts[1]),
+                                    base=torch.arange(len(words))))
+    labels = list(exact_model.cfg.residual_labels)
+    variables = [SimpleNamespace(name=n, origin="exact") for n in ("bools_open_6", "bools_close_9")]
+    exact = SimpleNamespace(model=exact_model, sites=sites)
+
+    def cosines(found: dict) -> list[float]:
+        return [abs(float(found[i][:, 0] @ q[labels.index(v.name)])) for i, v in enumerate(variables)]
+
+    assert max(cosines(transported_directions(variables, exact, runs))) < 0.9  # the activations alone
+    assert min(cosines(transported_directions(variables, exact, runs, rotated))) > 1 - 1e-9
+    unrelated = rotate_residual(exact_model, random_rotation(exact_model.cfg.d_model, torch.Generator().manual_seed(3),
+                                                             fix_ones=True))
+    assert cosines(transported_directions(variables, exact, runs, unrelated)) == \
+        cosines(transported_directions(variables, exact, runs))
+
+
 def test_tied_exact_counterfactuals_have_no_answer() -> None:
     """Where an exact label's patched model ties at the top, its answer is argmax's tie-break: no unit."""
     from types import SimpleNamespace

@@ -64,44 +64,20 @@ def rotate_residual(model: ExactTransformer, rotation: torch.Tensor, *, tie_tole
     if not torch.allclose(q @ q.T, torch.eye(d, dtype=torch.float64), atol=1e-10):
         raise ExactLensError("the rotation must be orthogonal (Q Q^T = I)")
     state = model.state_dict()
-    norms = cfg.per_layer("normalization")
-    # A pre-LN layer norm with a selector reads x W_select: the rotation is absorbed there
-    # (W_select -> Q^T W_select) and the norm and its readers stay in the unrotated selected space.
-    absorbed = {f"blocks.{layer}." for layer, norm in enumerate(norms) if norm == "pre" and cfg.ln_select}
-    ones = torch.ones(d, dtype=torch.float64)
+    roles = residual_roles(model)
     for name, value in state.items():
-        if not name.endswith(".w") or name.startswith(tuple(absorbed)):
+        if not name.endswith(".w") or roles[name] == "selected":
             continue
         if not torch.all(value == value.reshape(-1)[0]):
             raise ExactLensError(f"{name}: layer-norm gains differ across dimensions; a rotation does not commute "
                                  "with them")
-        if cfg.ln_center and not torch.allclose(ones @ q, ones, atol=1e-10):
+        if cfg.ln_center and not torch.allclose(torch.ones(d, dtype=torch.float64) @ q,
+                                                torch.ones(d, dtype=torch.float64), atol=1e-10):
             raise ExactLensError("the model has layer norm with centering: the rotation must map the all-ones vector "
                                  "to itself (random_rotation(d, fix_ones=True))")
-    new_state = {}
-    for name, value in state.items():
-        v = value.double()
-        block = next((b for b in absorbed if name.startswith(b)), None)
-        if block is not None and name.endswith("W_select"):
-            out = q.T @ v
-        elif block is not None and (
-            name.endswith((".w", ".b"))
-            or (name.endswith(("attn.W_Q", "attn.W_K", "attn.W_V")) and f"{block}ln1.w" in state)
-            or (name.endswith("mlp.W_in") and f"{block}ln2.w" in state)
-        ):
-            out = v  # the selected space
-        elif name.endswith(WRITERS) or name.endswith(".b"):
-            out = v @ q
-        elif name.endswith(READERS):
-            out = q.T @ v
-        elif name.endswith("W_select"):
-            out = q.T @ v @ q
-        elif name.endswith((".w", *APART)) or d not in v.shape:
-            out = v
-        else:
-            raise ExactLensError(f"rotate_residual does not know how parameter {name} {tuple(v.shape)} meets the "
-                                 "residual stream")
-        new_state[name] = out.to(value.dtype)
+    rotate = {"writer": lambda v: v @ q, "reader": lambda v: q.T @ v, "absorbed selector": lambda v: q.T @ v,
+              "selector": lambda v: q.T @ v @ q, "selected": lambda v: v, "apart": lambda v: v}
+    new_state = {name: rotate[roles[name]](value.double()).to(value.dtype) for name, value in state.items()}
     copy = ExactTransformer(ExactConfig.from_dict(cfg.to_dict()))
     if any(w != "softmax" and "hard" in w for w in cfg.per_layer("attention_weighting")):
         default = 1e-9 if cfg.dtype == "float64" else 1e-4
@@ -111,3 +87,57 @@ def rotate_residual(model: ExactTransformer, rotation: torch.Tensor, *, tie_tole
     copy.cfg.metadata["rotated_residual"] = True
     copy.cfg.residual_labels = None
     return copy.train(model.training)
+
+
+def residual_roles(model: ExactTransformer) -> dict[str, str]:
+    """How each parameter meets the residual stream, by name: "writer" (its last axis is the residual:
+    embeddings, W_O, b_O, W_out, b_out, layer-norm biases), "reader" (its second-to-last axis is: W_Q, W_K,
+    W_V, W_in, W_U), "selector" (a layer norm's W_select), "absorbed selector" and "selected" (a pre-LN
+    layer norm with a selector and what reads its output: the selected space, not the residual), "apart"
+    (gains and the biases of head, hidden and output spaces). Anything else is an error."""
+    cfg, d = model.cfg, model.cfg.d_model
+    norms = cfg.per_layer("normalization")
+    # A pre-LN layer norm with a selector reads x W_select: a rotation is absorbed there
+    # (W_select -> Q^T W_select) and the norm and its readers stay in the unrotated selected space.
+    absorbed = {f"blocks.{layer}." for layer, norm in enumerate(norms) if norm == "pre" and cfg.ln_select}
+    state = model.state_dict()
+    roles = {}
+    for name, value in state.items():
+        block = next((b for b in absorbed if name.startswith(b)), None)
+        if block is not None and name.endswith("W_select"):
+            roles[name] = "absorbed selector"
+        elif block is not None and (
+            name.endswith((".w", ".b"))
+            or (name.endswith(("attn.W_Q", "attn.W_K", "attn.W_V")) and f"{block}ln1.w" in state)
+            or (name.endswith("mlp.W_in") and f"{block}ln2.w" in state)
+        ):
+            roles[name] = "selected"
+        elif name.endswith(WRITERS) or name.endswith(".b"):
+            roles[name] = "writer"
+        elif name.endswith(READERS):
+            roles[name] = "reader"
+        elif name.endswith("W_select"):
+            roles[name] = "selector"
+        elif name.endswith((".w", *APART)) or d not in value.shape:
+            roles[name] = "apart"
+        else:
+            raise ExactLensError(f"rotate_residual does not know how parameter {name} {tuple(value.shape)} meets the "
+                                 "residual stream")
+    return roles
+
+
+def residual_rows(model: ExactTransformer) -> dict[str, torch.Tensor]:
+    """Each writer's rows and each reader's columns (:func:`residual_roles`) as vectors of the residual space,
+    [n, d_model] float64, by parameter name. For a copy in another basis, ``rotate_residual(model, Q)``, each is
+    the original's times Q: with the activations they pin Q down on every direction the model writes or reads,
+    where the activations of a few words may span less (tracr-shuffle_dyck's words of lengths 4 and 6: the
+    length one-hot takes two values, and 'token is (' plus 'token is )' equals a sum of other labels there)."""
+    d = model.cfg.d_model
+    out = {}
+    for name, role in residual_roles(model).items():
+        value = model.state_dict()[name].detach().double()
+        if role == "writer":
+            out[name] = value.reshape(-1, d)
+        elif role == "reader":
+            out[name] = value.transpose(-1, -2).reshape(-1, d)
+    return out

@@ -3,12 +3,16 @@ carried into a rotated copy's basis)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
 from exactlens.analysis.diff.alignment.pairs import PairSet
 from exactlens.analysis.diff.alignment.variables import HighLevel
 from exactlens.analysis.diff.runs import Side
+from exactlens.model import ExactTransformer
+from exactlens.model.basis import residual_rows
 from exactlens.model.labels import label_direction
 
 TRANSPORT_RTOL = 1e-10  # singular values below this (relative) do not count in transported_directions
@@ -24,7 +28,8 @@ def known_directions(side: Side, variables: list[HighLevel], exact: Side | None 
     (:func:`transported_directions`)."""
     labels = getattr(side.model.cfg, "residual_labels", None) if side.exact else None
     if not labels:
-        return transported_directions(variables, exact, train or []) if side.exact and exact is not None else {}
+        return transported_directions(variables, exact, train or [], side.model) \
+            if side.exact and exact is not None else {}
     return own_directions(variables, list(labels))
 
 
@@ -66,16 +71,24 @@ def group_directions(members: torch.Tensor) -> torch.Tensor:
     return torch.cat([centred, mean / mean.norm()], 1) if float(mean.norm()) > 0 else centred
 
 
-def transported_directions(variables: list[HighLevel], exact: Side, train: list[PairSet]) -> dict[int, torch.Tensor]:
+def transported_directions(variables: list[HighLevel], exact: Side, train: list[PairSet], trained: Any = None
+                           ) -> dict[int, torch.Tensor]:
     """Each exact label's dimension e_i carried into the trained side's basis by the least-squares
-    linear map M from the exact model's activations to the trained side's (minimum norm; training base
-    words, every position, the rows of all their common residual sites stacked): e_i M. For a copy in a
-    rotated basis (x -> x Q) M = Q on the span of the activations, so e_i M = e_i Q wherever e_i lies in
-    that span. The rows are not centred and the sites are stacked: labels that sum to a constant at a
-    site (tracr-hist's one-hot count hist_2:0..5) are told apart by the rows of the site before they
-    are written; a probe, which centres, finds only e_i minus their mean, a different patch. Only where
-    M maps the exact activations onto the trained side's exactly (relative misfit <= TRANSPORT_EXACT): a
-    trained model is no linear image of the exact one, and its fits keep their probe starts."""
+    linear map M from the exact model's vectors to the trained side's (minimum norm): e_i M. The vectors are
+    the activations (training base words, every position, the rows of all their common residual sites
+    stacked) and, where ``trained`` is an ExactTransformer of the same shapes, both models' weights in the
+    residual space (:func:`exactlens.model.basis.residual_rows`: each writer's rows, each reader's columns),
+    every vector scaled to unit length on the exact side. For a copy in a rotated basis (x -> x Q) M = Q on
+    the span of these vectors, so e_i M = e_i Q wherever e_i lies in it. The activations of a sample alone
+    may span less than the labels the model writes: tracr-shuffle_dyck's words of lengths 4 and 6 leave
+    'token is (' plus 'token is )' tied to other labels, and e_i M missed e_i Q by 30 degrees there (its fits
+    then started off the label and stayed at IIA 0); the weights span every direction the model writes or
+    reads. The rows are not centred and the sites are stacked: labels that sum to a constant at a site
+    (tracr-hist's one-hot count hist_2:0..5) are told apart by the rows of the site before they are
+    written; a probe, which centres, finds only e_i minus their mean, a different patch. Only where M maps
+    the exact vectors onto the trained side's exactly (relative misfit <= TRANSPORT_EXACT; else the
+    activations alone, under the same test): a trained model is no linear image of the exact one, and its
+    fits keep their probe starts."""
     labels = list(getattr(exact.model.cfg, "residual_labels", None) or [])
     wanted = own_directions(variables, labels)
     xs, ys = [], []
@@ -88,11 +101,14 @@ def transported_directions(variables: list[HighLevel], exact: Side, train: list[
                 ys.append(mine[words].reshape(-1, mine.shape[-1]))
     if not xs:
         return {}
-    x, y = torch.as_tensor(np.concatenate(xs)), torch.as_tensor(np.concatenate(ys))
-    keep = torch.isfinite(x).all(1) & torch.isfinite(y).all(1)
-    carry = torch.linalg.pinv(x[keep], rtol=TRANSPORT_RTOL) @ y[keep]  # [d_exact, d_trained]
-    misfit = float((x[keep] @ carry - y[keep]).norm()) / max(float(y[keep].norm()), 1e-300)
-    if misfit > TRANSPORT_EXACT:  # not a copy of the exact model in another basis (e.g. a trained model)
+    x, y = _unit_rows(torch.as_tensor(np.concatenate(xs)), torch.as_tensor(np.concatenate(ys)))
+    carry = None
+    weights = _weight_rows(exact.model, trained)
+    if weights is not None:
+        carry = _carry(torch.cat([x, weights[0]]), torch.cat([y, weights[1]]))
+    if carry is None:
+        carry = _carry(x, y)
+    if carry is None:  # not a copy of the exact model in another basis (e.g. a trained model)
         return {}
     out = {}
     for i, own in wanted.items():
@@ -101,3 +117,31 @@ def transported_directions(variables: list[HighLevel], exact: Side, train: list[
             out[i] = torch.linalg.qr(carried)[0] if carried.shape[1] > 1 else carried / carried.norm()
     return out
 
+
+def _carry(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+    """The minimum-norm least-squares M with x M = y (finite rows), or None where it misses (relative misfit above
+    TRANSPORT_EXACT)."""
+    keep = torch.isfinite(x).all(1) & torch.isfinite(y).all(1)
+    carry = torch.linalg.pinv(x[keep], rtol=TRANSPORT_RTOL) @ y[keep]  # [d_exact, d_trained]
+    misfit = float((x[keep] @ carry - y[keep]).norm()) / max(float(y[keep].norm()), 1e-300)
+    return carry if misfit <= TRANSPORT_EXACT else None
+
+
+def _unit_rows(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both divided by the norms of x's rows (rows of x that are zero stay as they are): x M = y is unchanged, and a
+    large row no longer hides a small one's misfit."""
+    x, y = x.double(), y.double()
+    norms = x.norm(dim=1, keepdim=True)
+    scale = torch.where(norms > 0, norms, torch.ones_like(norms))
+    return x / scale, y / scale
+
+
+def _weight_rows(exact: Any, trained: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Both models' weights in the residual space, matched by name (:func:`exactlens.model.basis.residual_rows`),
+    scaled as :func:`_unit_rows`; None unless both are ExactTransformers whose such weights have the same shapes."""
+    if not (isinstance(exact, ExactTransformer) and isinstance(trained, ExactTransformer)):
+        return None
+    mine, theirs = residual_rows(exact), residual_rows(trained)
+    if mine.keys() != theirs.keys() or any(mine[n].shape != theirs[n].shape for n in mine):
+        return None
+    return _unit_rows(torch.cat(list(mine.values())), torch.cat(list(theirs.values())))
