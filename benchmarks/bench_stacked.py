@@ -42,12 +42,12 @@ from pathlib import Path
 import torch
 from bench_sweep import fig4_settings, spec_text
 from bench_training import PaperLoopModel
-from bench_vs_torch import clock, plain_epochs
+from bench_vs_torch import CPU, clock, plain_epochs
 from goals import Goals, add_arguments
 
 
 def plain_run(length: int, epochs: int, test_length: int, test_strings: int, seed: int,
-              device: torch.device = torch.device("cpu")) -> float:
+              device: torch.device = CPU) -> float:
     """One plain run (training and its final test), seconds."""
     start = time.perf_counter()
     torch.manual_seed(seed)
@@ -63,7 +63,7 @@ def plain_run(length: int, epochs: int, test_length: int, test_strings: int, see
     return time.perf_counter() - start
 
 
-def in_process(lengths: list[int], seeds: int, epochs: int, device: torch.device = torch.device("cpu")
+def in_process(lengths: list[int], seeds: int, epochs: int, device: torch.device = CPU
                ) -> dict[int, tuple[float, float]]:
     """Per length: process CPU seconds per run of ``seeds`` plain runs one after the other and of one
     ``train_many`` of as many seeds, in this process on one thread, training only (a one-word test), the two

@@ -37,6 +37,7 @@ from goals import Goals, add_arguments
 from exactlens.model import fastpath
 from exactlens.train import train
 
+CPU = torch.device("cpu")
 GOALS = {10: 2.0, 100: 1.5}  # plain / exactlens at |w| (issue 44); other lengths: 1.5
 
 
@@ -76,7 +77,7 @@ def clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def compare(length: int, epochs: int, rounds: int, device: torch.device = torch.device("cpu")) -> dict[str, float]:
+def compare(length: int, epochs: int, rounds: int, device: torch.device = CPU) -> dict[str, float]:
     model = PaperLoopModel().to(device)
     optim = torch.optim.Adam(model.parameters(), lr=3e-4)
     generator = torch.Generator(device=device).manual_seed(0)
