@@ -164,15 +164,43 @@ def test_bad_pair_design_is_refused() -> None:
 def test_stacked_fits_split_in_passes_give_the_same_alignment(monkeypatch: pytest.MonkeyPatch) -> None:
     """A memory budget of one copy per pass (every stacked fit, score and random draw in its own forward
     pass, each pass's loss backpropagated alone) gives the alignment of one pass for all."""
+    from exactlens.analysis.diff import interventions
     from exactlens.analysis.diff.alignment import patch
 
     kwargs = dict(lengths=[3, 4, 5], **SMALL)
     whole = diff("first", "first", **kwargs)
-    monkeypatch.setattr(patch, "PASS_BYTES", 1)
+    monkeypatch.setattr(interventions, "PASS_BYTES", 1)
     assert patch.copies_per_pass(_side("first", [3])[1], 32, 6) == 1
     split = diff("first", "first", **kwargs)
     key = ("variable", "site", "position", "dim", "iia_changed", "changed_pairs", "verdict")
     assert [[r[k] for k in key] for r in split["alignment"]] == [[r[k] for k in key] for r in whole["alignment"]]
+
+
+@pytest.mark.parametrize("name", ["parity-ln-eta", "tracr-dedup", "tracr-hist", "induction-recent"])
+def test_stacked_counterfactuals_are_each_variables_own(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact variables' swaps run stacked in one forward pass (and split in passes of one copy under a tiny
+    memory budget) give each variable's counterfactual answers as its own forward does, ties, leak (tracr-dedup's
+    undefined outputs), norms of rounding noise (parity-ln-eta's confidence layer) and position-resolved
+    variables included."""
+    from exactlens.analysis.diff import interventions
+    from exactlens.analysis.diff.alignment.variables import counterfactuals, exact_variables, position_variables
+
+    task, side, runs = _side(name, [3, 4, 5])
+    features = diff(side.model, name, lengths=[3, 4, 5], parts=("probes",), untrained_baseline=False)
+    variables = exact_variables(side, features["probes"]["features"], runs)[0]
+    variables += position_variables(side, variables, [0.0] * len(variables), 1.0, 3, runs)
+    variables += task_variables(task)
+    assert sum(v.swap is not None for v in variables) >= 2
+    gen = torch.Generator().manual_seed(0)
+    for run in runs:
+        b, s = torch.randint(len(run.ids), (40,), generator=gen), torch.randint(len(run.ids), (40,), generator=gen)
+        alone = [v.counterfactual(run, b, s) for v in variables]
+        stacked = counterfactuals(variables, run, b, s)
+        assert all(torch.equal(x, y) for x, y in zip(alone, stacked, strict=True)), name
+        with monkeypatch.context() as tiny:
+            tiny.setattr(interventions, "PASS_BYTES", 1)
+            split = counterfactuals(variables, run, b, s)
+        assert all(torch.equal(x, y) for x, y in zip(alone, split, strict=True)), name
 
 
 def test_cli_pairs_flag_text_and_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from exactlens.analysis.diff.probes import feature_direction
-from exactlens.analysis.diff.runs import same_decisions
+from exactlens.analysis.diff.runs import Side, same_decisions
+from exactlens.resources import memory_limit
 
 
 def _patched_outputs(
@@ -63,6 +64,71 @@ def _patched_outputs(
 
     logits = side.model.run_with_hooks(tokens, fwd_hooks=[(site, hook)])
     return side.outputs(logits.detach().cpu(), n_positions)
+
+
+def stacked_patched_outputs(side: Any, tokens: torch.Tensor, patches: list[tuple[str, np.ndarray, np.ndarray,
+                                                                               np.ndarray | None]],
+                            n_positions: torch.Tensor) -> torch.Tensor:
+    """:func:`_patched_outputs` of several patches in one forward pass: copy k of the words [B, pos] is patched as
+    patches[k] = (site, direction [d, r] or [d], source activations [B, pos, d], positions or None: every
+    one) prescribes, and the task outputs of all copies come back stacked, copy k's at rows k*B .. (k+1)*B - 1.
+    The hooks go on the hook points directly (no TransformerLens hooks() context, which resets every hook point
+    on exit)."""
+    dtype = next(side.model.parameters()).dtype
+    device = next(side.model.parameters()).device
+    batch, n_pos, copies = int(tokens.shape[0]), int(tokens.shape[1]), len(patches)
+    by_site: dict[str, list[int]] = {}
+    for k, (site, _, _, _) in enumerate(patches):
+        by_site.setdefault(site, []).append(k)
+
+    def hook_for(rows: list[int]) -> Any:
+        units = [torch.as_tensor(patches[k][1], dtype=dtype, device=device) for k in rows]
+        units = [u[:, None] if u.ndim == 1 else u for u in units]
+        sources = [torch.as_tensor(patches[k][2], dtype=dtype, device=device) for k in rows]
+        keeps = []
+        for k in rows:
+            positions = patches[k][3]
+            keep = torch.ones(n_pos, dtype=dtype, device=device)
+            if positions is not None:
+                keep = torch.zeros(n_pos, dtype=dtype, device=device)
+                keep[torch.as_tensor(positions)] = 1
+            keeps.append(keep)
+
+        def hook(act: torch.Tensor) -> torch.Tensor:
+            shaped = act.reshape(copies, batch, *act.shape[1:]).clone()
+            for k, u, src, keep in zip(rows, units, sources, keeps, strict=True):
+                delta = ((src - shaped[k]) @ u) @ u.T
+                shaped[k] = shaped[k] + delta * keep[None, :, None]
+            return shaped.reshape(act.shape)
+        return hook
+
+    hooks = [(site, hook_for(rows)) for site, rows in by_site.items()]
+    handles = [side.model.hook_dict[site].register_forward_hook(lambda module, args, out, fn=fn: fn(out))
+               for site, fn in hooks]
+    try:
+        logits = side.model(tokens.repeat(copies, *([1] * (tokens.ndim - 1))))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return side.outputs(logits.detach().cpu(), n_positions.repeat(copies))
+
+
+PASS_BYTES = 1 << 29  # activation memory one stacked patched forward pass may take (at most a quarter of the limit)
+
+
+def copies_per_pass(side: Side, batch: int, n_pos: int) -> int:
+    """How many patched copies of ``batch`` words of ``n_pos`` positions one forward pass runs: as many as
+    fit in PASS_BYTES (and a quarter of the memory limit) by the model's own estimate
+    (``forward_bytes``) or, for another model, 16 residual-width activations per layer and position."""
+    budget = min(PASS_BYTES, memory_limit() // 4)
+    model = side.model
+    if hasattr(model, "forward_bytes"):
+        per_copy = model.forward_bytes(batch, n_pos, hooked=False)
+    else:
+        item = torch.finfo(next(model.parameters()).dtype).bits // 8
+        per_copy = 16 * max(side.n_layers, 1) * batch * n_pos * side.d_model * item
+    return max(1, int(budget // max(per_copy, 1)))
+
 
 
 def intervention_table(

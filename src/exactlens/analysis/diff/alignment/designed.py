@@ -35,7 +35,7 @@ import torch
 from exactlens import tasks
 from exactlens.analysis.diff.alignment.pairs import SPLIT, PairSet, draw_pairs, split_words
 from exactlens.analysis.diff.alignment.score import regression_answers
-from exactlens.analysis.diff.alignment.variables import TIED, HighLevel
+from exactlens.analysis.diff.alignment.variables import TIED, HighLevel, counterfactuals
 from exactlens.analysis.diff.runs import LengthRun
 
 POOL_FACTOR = 32  # at most this many candidate pairs searched per wanted changed unit (per split)
@@ -207,7 +207,7 @@ def _search(task: tasks.Task, pools: list[tuple[LengthRun, np.ndarray]], variabl
 
 def _evaluate(run: LengthRun, base: np.ndarray, source: np.ndarray, variables: list[HighLevel]) -> PairSet:
     b, s = torch.as_tensor(base), torch.as_tensor(source)
-    return PairSet(run, b, s, [v.counterfactual(run, b, s) for v in variables],
+    return PairSet(run, b, s, counterfactuals(variables, run, b, s),
                    [v.base_answer(run, b) for v in variables])
 
 
@@ -237,7 +237,7 @@ def _deal(chosen: list[PairSet]) -> tuple[list[PairSet], list[PairSet], list[Pai
 
 def with_variables(pset: PairSet, variables: list[HighLevel], after: bool = True) -> PairSet:
     """The pair set with the counterfactuals and base answers of ``variables`` added after (or before) its own."""
-    cf = [v.counterfactual(pset.run, pset.base, pset.source) for v in variables]
+    cf = counterfactuals(variables, pset.run, pset.base, pset.source)
     base = [v.base_answer(pset.run, pset.base) for v in variables]
     if after:
         return PairSet(pset.run, pset.base, pset.source, pset.cf + cf, pset.base_answers + base)

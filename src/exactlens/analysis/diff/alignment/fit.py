@@ -315,7 +315,7 @@ LAYER_PASSES = True  # False: every pass runs from the batch's earliest layer (t
 
 def layer_passes(layers: list[int], size: int) -> list[tuple[int, int]]:
     """Slices [lo, hi) of the stacked candidates (``layers``: the layer each one's forward starts at) run as one
-    pass each: at most ``size`` candidates (:func:`.patch.copies_per_pass`), all starting at one layer. A copy
+    pass each: at most ``size`` candidates (:func:`..interventions.copies_per_pass`), all starting at one layer. A copy
     patched at layer L is its base word up to L, so its pass starts there, on the cached input of layer L,
     instead of repeating (and backpropagating through) the layers before L: in an 8-layer program the
     later sites' copies then skip most of the model."""

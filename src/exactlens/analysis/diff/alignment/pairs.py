@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from exactlens.analysis.diff.alignment.variables import HighLevel
+from exactlens.analysis.diff.alignment.variables import HighLevel, counterfactuals
 from exactlens.analysis.diff.runs import LengthRun
 from exactlens.tasks.base import UNDEFINED, defined_targets
 
@@ -86,7 +86,7 @@ def make_pairs(runs: list[LengthRun], variables: list[HighLevel], pairs: int, se
                 continue
             base_u, source_u = draw_pairs(run.truth[torch.as_tensor(pool)], count, rng)
             b, s = torch.as_tensor(pool[base_u]), torch.as_tensor(pool[source_u])
-            part.append(PairSet(run, b, s, [v.counterfactual(run, b, s) for v in variables],
+            part.append(PairSet(run, b, s, counterfactuals(variables, run, b, s),
                                 [v.base_answer(run, b) for v in variables]))
     word_disjoint = bool(splits[1] and splits[2])
     if not word_disjoint:  # no length has words to spare: split the pairs instead (words then recur), and say so
@@ -134,7 +134,7 @@ def _pairs_split(runs: list[LengthRun], variables: list[HighLevel], pairs: int, 
         for part, (lo, hi) in zip(splits, ((0, cuts[0]), (cuts[0], cuts[1]), (cuts[1], pairs)), strict=True):
             if hi > lo:
                 b, s = torch.as_tensor(base[lo:hi]), torch.as_tensor(source[lo:hi])
-                part.append(PairSet(run, b, s, [v.counterfactual(run, b, s) for v in variables],
+                part.append(PairSet(run, b, s, counterfactuals(variables, run, b, s),
                                     [v.base_answer(run, b) for v in variables]))
     return splits
 

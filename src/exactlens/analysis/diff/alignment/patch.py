@@ -9,10 +9,10 @@ from typing import Any
 import torch
 
 from exactlens.analysis.diff.alignment.pairs import PairSet
+from exactlens.analysis.diff.interventions import copies_per_pass
 from exactlens.analysis.diff.runs import LengthRun, Side
 from exactlens.devices import device_of
 from exactlens.model import ExactTransformer
-from exactlens.resources import memory_limit
 
 SITE_KINDS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
 
@@ -167,23 +167,6 @@ class Patcher:
             for handle in handles:
                 handle.remove()
         return self.model.select_readout(logits, n_pos.to(device)).double().cpu()
-
-
-PASS_BYTES = 1 << 29  # activation memory one stacked patched forward pass may take (at most a quarter of the limit)
-
-
-def copies_per_pass(side: Side, batch: int, n_pos: int) -> int:
-    """How many patched copies of ``batch`` words of ``n_pos`` positions one forward pass runs: as many as
-    fit in PASS_BYTES (and a quarter of the memory limit) by the model's own estimate
-    (``forward_bytes``) or, for another model, 16 residual-width activations per layer and position."""
-    budget = min(PASS_BYTES, memory_limit() // 4)
-    model = side.model
-    if hasattr(model, "forward_bytes"):
-        per_copy = model.forward_bytes(batch, n_pos, hooked=False)
-    else:
-        item = torch.finfo(next(model.parameters()).dtype).bits // 8
-        per_copy = 16 * max(side.n_layers, 1) * batch * n_pos * side.d_model * item
-    return max(1, int(budget // max(per_copy, 1)))
 
 
 def patch_masks(side: Side, run: LengthRun, fits: list[Fit]) -> torch.Tensor:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from exactlens import tasks
-from exactlens.analysis.diff.interventions import _patched_outputs
+from exactlens.analysis.diff.interventions import copies_per_pass, stacked_patched_outputs
 from exactlens.analysis.diff.runs import LengthRun, Side, normalizes_rounding, writer_site, zero_eps_norms
 from exactlens.model.labels import is_negated_copy, label_direction
 from exactlens.tasks import kinds
@@ -36,6 +36,64 @@ class HighLevel:
     at_position: Callable[[int], HighLevel] | None = None
     # a position-resolved variable that nothing after its site carries to the readout: why no swap can test it
     unread: str | None = None
+    # an exact variable: its swap on a run (None: it swaps nothing there, the counterfactual is the base answer);
+    # counterfactuals() runs the swaps of many variables in one forward pass
+    swap: Callable[[LengthRun], Swap | None] | None = None
+
+
+@dataclass(frozen=True)
+class Swap:
+    """How an exact variable's counterfactual is made on a run's words: the exact model with the variable's
+    direction(s) [d, r] at ``site`` set to the source words' (at ``positions``; None: every position)."""
+
+    exact: Side
+    site: str
+    direction: np.ndarray
+    positions: np.ndarray | None
+
+
+def counterfactuals(variables: list[HighLevel], run: LengthRun, b: torch.Tensor, s: torch.Tensor
+                    ) -> list[torch.Tensor]:
+    """Each variable's counterfactual answers on the pairs (b, s) of a run, as ``variable.counterfactual`` gives
+    them: the exact variables' swaps run stacked, as many in one forward pass as fit (:func:`swapped_answers`;
+    the per-call cost of a forward of a few words is most of a designed-pair search), the others one by one."""
+    out: list[torch.Tensor | None] = [None] * len(variables)
+    stacks: dict[int, list[tuple[int, Swap]]] = {}
+    for i, v in enumerate(variables):
+        swap = v.swap(run) if v.swap is not None else None
+        if v.swap is None:
+            out[i] = v.counterfactual(run, b, s)
+        elif swap is None:
+            out[i] = v.base_answer(run, b)
+        else:
+            stacks.setdefault(id(swap.exact), []).append((i, swap))
+    for stack in stacks.values():
+        for (i, _), answers in zip(stack, swapped_answers(run, b, s, [swap for _, swap in stack]), strict=True):
+            out[i] = answers
+    return out  # type: ignore[return-value]
+
+
+def swapped_answers(run: LengthRun, b: torch.Tensor, s: torch.Tensor, swaps: list[Swap]) -> list[torch.Tensor]:
+    """The exact model's answers on words b of a run with each swap's direction(s) set to words s's: copies of the
+    words, one per swap, in forward passes of at most :func:`copies_per_pass` copies; per swap, ties, leak and
+    norms of rounding noise read as no answer (:func:`no_answer_where_tied`, :class:`NormWatch`)."""
+    exact = swaps[0].exact
+    n_pos, words = run.n_positions[b], run.tokens[b]
+    rows = exact.model.readout_rows(run.n_positions)
+    step = copies_per_pass(exact, len(b), int(run.tokens.shape[1]))
+    out = []
+    for lo in range(0, len(swaps), step):
+        part = swaps[lo:lo + step]
+        patches = [(w.site, w.direction, run.exact_acts[w.site][s.numpy()], w.positions) for w in part]
+        with NormWatch(exact) as watch:
+            outputs = stacked_patched_outputs(exact, words, patches, n_pos)
+        undecided = watch.undecided(None if rows is None else rows[b].repeat(len(part)))
+        for k in range(len(part)):
+            here = outputs[k * len(b):(k + 1) * len(b)]
+            out.append(no_answer_where_tied(exact, here, exact.reader.decide(here, n_pos),
+                                            None if undecided is None else undecided[k * len(b):(k + 1) * len(b)],
+                                            reference=run.exact_outputs[b]))
+    return out
 
 
 def task_variables(task: tasks.Task) -> list[HighLevel]:
@@ -121,21 +179,18 @@ def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], label
     else:
         direction = np.eye(exact.d_model)[:, index]
 
-    def counterfactual(run: LengthRun, b: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    def swap(run: LengthRun) -> Swap | None:
         rows = exact.model.readout_rows(run.n_positions)
         positions = np.array([int(rows[0])]) if scope == "readout" and rows is not None else None
         if at is not None:
             if at >= run.tokens.shape[1] or (rows is not None and int(rows[0]) == at):
-                return base_answer(run, b)  # a length without that position, or whose readout it is: no swap
+                return None  # a length without that position, or whose readout it is: no swap
             positions = np.array([at])
-        n_pos = run.n_positions[b]
-        writer = writer_site(exact, site)
-        with NormWatch(exact) as watch:
-            outputs = _patched_outputs(exact, run.tokens[b], writer, direction, run.exact_acts[writer][s.numpy()],
-                                       positions, n_pos)
-        undecided = watch.undecided(None if rows is None else rows[b])
-        return no_answer_where_tied(exact, outputs, exact.reader.decide(outputs, n_pos), undecided,
-                                    reference=run.exact_outputs[b])
+        return Swap(exact, writer_site(exact, site), direction, positions)
+
+    def counterfactual(run: LengthRun, b: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        here = swap(run)
+        return base_answer(run, b) if here is None else swapped_answers(run, b, s, [here])[0]
 
     def base_answer(run: LengthRun, b: torch.Tensor) -> torch.Tensor:
         return exact.reader.decide(run.exact_outputs[b], run.n_positions[b])
@@ -156,10 +211,10 @@ def _exact_variable(exact: Side, name: str, members: list[dict[str, Any]], label
     if at is not None:
         detail.update(position_index=at, resolves=name)
         return HighLevel(f"{name}@{at}", "exact", "position", counterfactual, base_answer, detail, values, at,
-                         unread=unread_after(exact, site, at))
+                         unread=unread_after(exact, site, at), swap=swap)
     return HighLevel(name, "exact", "position" if scope == "all" else "word", counterfactual, base_answer, detail,
                      values, at_position=(lambda p: _exact_variable(exact, name, members, labels, p))
-                     if scope == "all" else None)
+                     if scope == "all" else None, swap=swap)
 
 
 def unread_after(exact: Side, site: str, at: int) -> str | None:
