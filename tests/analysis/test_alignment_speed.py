@@ -13,6 +13,7 @@ from exactlens.analysis.diff.alignment import fit, patch
 from exactlens.analysis.diff.alignment.variables import remembered, task_variables
 from exactlens.analysis.diff.runs import make_side, run_both
 from exactlens.constructions import build
+from exactlens.model import ExactConfig, ExactTransformer
 
 SMALL = dict(parts=("alignment",), das_max_dim=2, das_steps=30, alignment_pairs=16, untrained_baseline=True)
 KEY = ("variable", "site", "position", "position_index", "dim", "iia_changed", "changed_pairs", "verdict",
@@ -239,3 +240,46 @@ def test_a_twin_site_takes_its_twins_fits(monkeypatch: pytest.MonkeyPatch) -> No
             assert values == old[(site, variable, test)], (site, variable)
     assert {k: v["verdict"] for k, v in shared["summary"]["verdicts"].items()} == {
         k: v["verdict"] for k, v in every["summary"]["verdicts"].items()}
+
+
+def _widened(name: str, extra: int) -> ExactTransformer:
+    """The construction with ``extra`` idle FFN units per layer (random input weights, zero output weights)."""
+    model = build(name, dtype="float64")
+    wide = ExactTransformer(ExactConfig.from_dict({**model.cfg.to_dict(), "d_mlp": model.cfg.d_mlp + extra}))
+    state = dict(model.state_dict())
+    gen = torch.Generator().manual_seed(0)
+    for layer in range(model.cfg.n_layers):
+        p = f"blocks.{layer}.mlp."
+        state[p + "W_in"] = torch.cat([state[p + "W_in"], torch.randn(model.cfg.d_model, extra, generator=gen,
+                                                                        dtype=torch.float64)], 1)
+        state[p + "b_in"] = torch.cat([state[p + "b_in"], torch.randn(extra, generator=gen, dtype=torch.float64)])
+        state[p + "W_out"] = torch.cat([state[p + "W_out"], torch.zeros(extra, model.cfg.d_model,
+                                                                         dtype=torch.float64)])
+    wide.load_state_dict(state)
+    return wide.eval()
+
+
+def test_idle_units_are_dropped_with_the_same_alignment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tracr-hist with 40 idle FFN units added: the alignment runs the model without them (every patched forward
+    is that copy's) and its rows and verdicts are those of running them all (DROP_IDLE_UNITS False); the caller's
+    model keeps its units."""
+    from exactlens.analysis.diff.alignment import table
+
+    wide = _widened("tracr-hist", 40)
+    widths: set[int] = set()
+    outputs = patch.Patcher._outputs
+
+    def seen(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        widths.add(self.model.cfg.d_mlp)
+        return outputs(self, *args, **kwargs)
+
+    monkeypatch.setattr(patch.Patcher, "_outputs", seen)
+    kwargs = dict(lengths=[3, 4], **{**SMALL, "untrained_baseline": False})
+    lean = diff(wide, "tracr-hist", **kwargs)
+    assert widths == {12} and wide.cfg.d_mlp == 52
+    widths.clear()
+    monkeypatch.setattr(table, "DROP_IDLE_UNITS", False)
+    full = diff(wide, "tracr-hist", **kwargs)
+    assert widths == {52}
+    assert [[r.get(k) for k in KEY] for r in lean["alignment"]] == [[r.get(k) for k in KEY] for r in full["alignment"]]
+    assert lean["summary"]["verdicts"] == full["summary"]["verdicts"]
