@@ -259,6 +259,28 @@ def test_transported_directions_use_the_weights_where_the_activations_span_less(
         cosines(transported_directions(variables, exact, runs))
 
 
+def test_a_float32_rotated_copy_gets_its_carried_directions() -> None:
+    """A float32 rotated copy of tracr-hist against the float64 exact model misses a linear map by rounding (relative
+    misfit ~4e-6, above the float64 tolerance): the float32 tolerance carries its labels to e_i Q all the same."""
+    from types import SimpleNamespace
+
+    exact_model = build("tracr-hist", dtype="float64")
+    q = random_rotation(exact_model.cfg.d_model, torch.Generator().manual_seed(2), fix_ones=True)
+    rotated = rotate_residual(build("tracr-hist", dtype="float32"), q)
+    task = tasks.of_model(exact_model)
+    tokens = task.encode(task.sample(4, 40, torch.Generator().manual_seed(0))).tokens
+    sites = ["blocks.0.hook_resid_pre", "blocks.0.hook_attn_out", "blocks.0.hook_mlp_out", "blocks.0.hook_resid_post"]
+    acts = [{s: c[s].double().numpy() for s in sites} for c in (m.run_with_cache(tokens)[1] for m in (exact_model,
+                                                                                                        rotated))]
+    pairs = [SimpleNamespace(run=SimpleNamespace(exact_acts=acts[0], trained_acts=acts[1]), base=torch.arange(40))]
+    labels = list(exact_model.cfg.residual_labels)
+    variables = [SimpleNamespace(name=n, origin="exact") for n in ("hist_2:1", "hist_2:2")]
+    found = transported_directions(variables, SimpleNamespace(model=exact_model, sites=sites), pairs, rotated)
+    assert sorted(found) == [0, 1]
+    for i, v in enumerate(variables):
+        assert abs(float(found[i][:, 0].double() @ q[labels.index(v.name)])) > 1 - 1e-5
+
+
 def test_tied_exact_counterfactuals_have_no_answer() -> None:
     """Where an exact label's patched model ties at the top, its answer is argmax's tie-break: no unit."""
     from types import SimpleNamespace

@@ -203,6 +203,27 @@ def test_stacked_counterfactuals_are_each_variables_own(name: str, monkeypatch: 
         assert all(torch.equal(x, y) for x, y in zip(alone, split, strict=True)), name
 
 
+def test_stacked_swaps_keep_to_the_models_memory_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a 64 MiB memory limit each swap alone fits the model's own check of a hooked forward pass (every
+    layer's activations counted); the stacked swaps are sized by that check too, so the diff runs where it ran one
+    swap at a time (it was refused: "a forward pass on 896 x 10 tokens needs about 80.2 MiB"), and the stacked
+    pass keeps no graph for a gradient."""
+    from exactlens.analysis.diff.interventions import stacked_patched_outputs
+
+    monkeypatch.setenv("EXACTLENS_MEMORY_LIMIT", "64M")
+    result = diff("palindrome-hash", "palindrome-hash", lengths=[4, 6, 8], parts=("alignment",), das_max_dim=1,
+                  das_steps=5, alignment_pairs=16, untrained_baseline=False)
+    assert result["summary"]["verdicts"]
+    task, side, runs = _side("first", [4])
+    run = runs[0]
+    words = torch.arange(8)
+    site = "blocks.0.hook_resid_mid"
+    patches = [(site, torch.eye(side.d_model)[:, :1].numpy(), run.exact_acts[site][words.flip(0).numpy()], None)] * 2
+    with torch.enable_grad():
+        out = stacked_patched_outputs(side, run.tokens[words], patches, run.n_positions[words])
+    assert out.shape[0] == 16 and not out.requires_grad
+
+
 def test_cli_pairs_flag_text_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     """``--pairs random|designed`` on the command line: the JSON echoes it, the text shows "untestable" with its
     reason; a bad design exits 2, its error line naming what is allowed."""

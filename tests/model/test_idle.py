@@ -34,3 +34,21 @@ def test_a_model_without_idle_units_is_returned_as_it_is() -> None:
     for name in ("first", "tracr-sort_freq"):
         model = build(name, dtype="float64")
         assert without_idle_units(model) is model
+
+
+def test_a_cast_model_and_a_non_finite_unit() -> None:
+    """A float64 construction cast to float32 gets a float32 copy (its parameters' dtype, not its config's), with the
+    same outputs; an idle unit whose input weight is not finite (its hidden value and term are NaN) is kept."""
+    model = build("tracr-shuffle_dyck", dtype="float64").float()
+    lean = without_idle_units(model)
+    assert next(lean.parameters()).dtype == torch.float32
+    task = tasks.of_model(model)
+    words = task.encode(task.sample(5, 50, torch.Generator().manual_seed(1))).tokens
+    with torch.no_grad():
+        assert torch.equal(model(words), lean(words))
+    unit = idle_units(model)[0][0]
+    with torch.no_grad():
+        model.blocks[0].mlp.W_in[0, unit] = float("inf")
+    assert unit not in idle_units(model)[0]
+    with torch.no_grad():
+        assert torch.equal(model(words).isnan(), without_idle_units(model)(words).isnan())

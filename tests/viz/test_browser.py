@@ -197,7 +197,7 @@ def test_a_malformed_view_is_caught(report: Path, tmp_path: Path) -> None:
     number = re.search(r"\[\[\[(\d\.\d+)", text).group(1)
     mount = re.search(r'<div id="([^"]+)"', text).group(1)
     broken = {"NaN": text.replace(f"[[[{number}", "[[[NaN", 1),
-              "not 9 x 9": text.replace(f"[[[{number}, ", "[[[", 1),
+              "patterns are not": text.replace(f"[[[{number}, ", "[[[", 1),
               "no element": text.replace(f'<div id="{mount}"', '<div id="elsewhere"', 1),
               "not files inside the report": text.replace('src="../assets/circuitsvis.js"', 'src="../../x.js"')}
     for what, bad in broken.items():

@@ -106,7 +106,8 @@ def stacked_patched_outputs(side: Any, tokens: torch.Tensor, patches: list[tuple
     handles = [side.model.hook_dict[site].register_forward_hook(lambda module, args, out, fn=fn: fn(out))
                for site, fn in hooks]
     try:
-        logits = side.model(tokens.repeat(copies, *([1] * (tokens.ndim - 1))))
+        with torch.no_grad():  # outputs only: no graph of every copy's activations
+            logits = side.model(tokens.repeat(copies, *([1] * (tokens.ndim - 1))))
     finally:
         for handle in handles:
             handle.remove()
@@ -116,19 +117,20 @@ def stacked_patched_outputs(side: Any, tokens: torch.Tensor, patches: list[tuple
 PASS_BYTES = 1 << 29  # activation memory one stacked patched forward pass may take (at most a quarter of the limit)
 
 
-def copies_per_pass(side: Side, batch: int, n_pos: int) -> int:
+def copies_per_pass(side: Side, batch: int, n_pos: int, hooked: bool = False) -> int:
     """How many patched copies of ``batch`` words of ``n_pos`` positions one forward pass runs: as many as
     fit in PASS_BYTES (and a quarter of the memory limit) by the model's own estimate
-    (``forward_bytes``) or, for another model, 16 residual-width activations per layer and position."""
+    (``forward_bytes``; ``hooked``: as the model counts a pass with a hook attached, every layer's activations,
+    which its own memory check applies to a pass without ``n_positions``) or, for another model, 16
+    residual-width activations per layer and position."""
     budget = min(PASS_BYTES, memory_limit() // 4)
     model = side.model
     if hasattr(model, "forward_bytes"):
-        per_copy = model.forward_bytes(batch, n_pos, hooked=False)
+        per_copy = model.forward_bytes(batch, n_pos, hooked=hooked)
     else:
         item = torch.finfo(next(model.parameters()).dtype).bits // 8
         per_copy = 16 * max(side.n_layers, 1) * batch * n_pos * side.d_model * item
     return max(1, int(budget // max(per_copy, 1)))
-
 
 
 def intervention_table(

@@ -80,7 +80,7 @@ def swapped_answers(run: LengthRun, b: torch.Tensor, s: torch.Tensor, swaps: lis
     exact = swaps[0].exact
     n_pos, words = run.n_positions[b], run.tokens[b]
     rows = exact.model.readout_rows(run.n_positions)
-    step = copies_per_pass(exact, len(b), int(run.tokens.shape[1]))
+    step = copies_per_pass(exact, len(b), int(run.tokens.shape[1]), hooked=True)  # as the model's own check
     out = []
     for lo in range(0, len(swaps), step):
         part = swaps[lo:lo + step]
