@@ -316,3 +316,42 @@ def test_gpu_diff_and_hull_match_the_cpu():
 def test_gpu_pairlogic_check():
     result = el.pairlogic(check="sm-solution2", categories=4, positions=6, batch=32, device="cuda")
     assert result["exact"] and result["device"].startswith("cuda")
+
+
+@needs_cuda
+def test_gpu_idle_units_copy_matches():
+    """The alignment's copy without idle FFN units (exactlens.model.idle) stays on the GPU and computes the same."""
+    from exactlens.model.idle import without_idle_units
+
+    for dtype in ("float64", "float32"):
+        model = el.build("tracr-shuffle_dyck", dtype=dtype, device="cuda")
+        lean = without_idle_units(model)
+        assert lean.cfg.d_mlp == 16 and lean.device.type == "cuda"
+        task = tasks.of_model(model)
+        words = task.encode(task.sample(5, 500, torch.Generator().manual_seed(0))).tokens
+        with torch.no_grad():
+            torch.testing.assert_close(lean(words), model(words), rtol=0, atol=0)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", ["tracr-hist", "parity-ln-eta", "tracr-dedup"])
+def test_gpu_stacked_swaps_match(name):
+    """The exact variables' swaps run stacked on the GPU give each variable's own answers, and a self-diff's
+    verdicts on the GPU are the CPU's."""
+    from exactlens.analysis.diff.alignment.variables import counterfactuals, exact_variables
+    from exactlens.analysis.diff.runs import make_side, run_both
+
+    model = el.build(name, dtype="float64", device="cuda")
+    side = make_side(model, {}, tasks.reader(model), model.cfg.readout_position, True)
+    runs = run_both(tasks.of_model(model), [3, 4, 5], 64, 0, side, side)
+    features = el.diff(model, name, lengths=[3, 4, 5], parts=("probes",), untrained_baseline=False).to_dict()
+    variables = exact_variables(side, features["probes"]["features"], runs)[0]
+    gen = torch.Generator().manual_seed(0)
+    for run in runs:
+        b, s = torch.randint(len(run.ids), (40,), generator=gen), torch.randint(len(run.ids), (40,), generator=gen)
+        alone = [v.counterfactual(run, b, s) for v in variables]
+        assert all(torch.equal(x, y) for x, y in zip(alone, counterfactuals(variables, run, b, s), strict=True))
+    options = dict(lengths=[3, 4, 5], parts=("alignment",), das_steps=10, untrained_baseline=False)
+    cpu, gpu = (el.diff(name, name, device=d, **options).to_dict()["summary"]["verdicts"] for d in ("cpu", "cuda"))
+    assert {k: (v["verdict"], v["site"]) for k, v in cpu.items()} == {k: (v["verdict"], v["site"]) for k, v in
+                                                                       gpu.items()}
