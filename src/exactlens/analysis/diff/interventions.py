@@ -48,22 +48,9 @@ def _patched_outputs(
     positions: np.ndarray | None,
     n_positions: torch.Tensor,
 ) -> torch.Tensor:
-    dtype = next(side.model.parameters()).dtype
-    u = torch.as_tensor(direction, dtype=dtype)
-    u = u[:, None] if u.ndim == 1 else u  # [d, r]: orthonormal columns (one direction, or a group's)
-    cf = torch.as_tensor(cf_acts, dtype=dtype)
-
-    def hook(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
-        here, cf_here = u.to(act.device), cf.to(act.device)  # the model's device
-        delta = ((cf_here - act) @ here) @ here.T
-        if positions is not None:
-            keep = torch.zeros(act.shape[1], dtype=dtype, device=act.device)
-            keep[torch.as_tensor(positions)] = 1
-            delta = delta * keep[None, :, None]
-        return act + delta
-
-    logits = side.model.run_with_hooks(tokens, fwd_hooks=[(site, hook)])
-    return side.outputs(logits.detach().cpu(), n_positions)
+    """The task outputs of the words with ``direction`` [d, r] (or [d]) at ``site`` set to ``cf_acts``' (at
+    ``positions``; None: every one): :func:`stacked_patched_outputs` of one patch."""
+    return stacked_patched_outputs(side, tokens, [(site, direction, cf_acts, positions)], n_positions)
 
 
 def stacked_patched_outputs(side: Any, tokens: torch.Tensor, patches: list[tuple[str, np.ndarray, np.ndarray,
@@ -72,8 +59,8 @@ def stacked_patched_outputs(side: Any, tokens: torch.Tensor, patches: list[tuple
     """:func:`_patched_outputs` of several patches in one forward pass: copy k of the words [B, pos] is patched as
     patches[k] = (site, direction [d, r] or [d], source activations [B, pos, d], positions or None: every
     one) prescribes, and the task outputs of all copies come back stacked, copy k's at rows k*B .. (k+1)*B - 1.
-    The hooks go on the hook points directly (no TransformerLens hooks() context, which resets every hook point
-    on exit)."""
+    An ExactTransformer's hooks go on its hook points directly (TransformerLens's hooks() context resets every
+    hook point on exit); another model's (HookedTransformer, TransformerBridge) through that context."""
     dtype = next(side.model.parameters()).dtype
     device = next(side.model.parameters()).device
     batch, n_pos, copies = int(tokens.shape[0]), int(tokens.shape[1]), len(patches)
@@ -103,11 +90,17 @@ def stacked_patched_outputs(side: Any, tokens: torch.Tensor, patches: list[tuple
         return hook
 
     hooks = [(site, hook_for(rows)) for site, rows in by_site.items()]
+    words = tokens.repeat(copies, *([1] * (tokens.ndim - 1)))
+    if not side.exact:
+        with torch.no_grad(), side.model.hooks(fwd_hooks=[(site, lambda act, hook=None, fn=fn: fn(act))
+                                                          for site, fn in hooks]):
+            logits = side.model(words)
+        return side.outputs(logits.detach().cpu(), n_positions.repeat(copies))
     handles = [side.model.hook_dict[site].register_forward_hook(lambda module, args, out, fn=fn: fn(out))
                for site, fn in hooks]
     try:
         with torch.no_grad():  # outputs only: no graph of every copy's activations
-            logits = side.model(tokens.repeat(copies, *([1] * (tokens.ndim - 1))))
+            logits = side.model(words)
     finally:
         for handle in handles:
             handle.remove()

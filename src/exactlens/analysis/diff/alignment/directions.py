@@ -104,8 +104,7 @@ def transported_directions(variables: list[HighLevel], exact: Side, train: list[
                 ys.append(mine[words].reshape(-1, mine.shape[-1]))
     if not xs:
         return {}
-    tolerance = TRANSPORT_EXACT if all(a.dtype == np.float64 for a in xs + ys) and _float64(exact.model, trained) \
-        else TRANSPORT_EXACT_FLOAT32
+    tolerance = TRANSPORT_EXACT if _float64(exact.model, trained) else TRANSPORT_EXACT_FLOAT32
     x, y = _unit_rows(torch.as_tensor(np.concatenate(xs)), torch.as_tensor(np.concatenate(ys)))
     carry = None
     weights = _weight_rows(exact.model, trained)
