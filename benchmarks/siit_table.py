@@ -36,6 +36,9 @@ from exactlens.outputs import write_text
 MEASURE = dict(test_strings=200, eval_every=0)  # every case: a small test set, no evaluation during training
 SHORT = dict(MEASURE, strings_per_epoch=64, batch_size=64, lr=3e-3)
 TRACR = dict(MEASURE, train_length=(1, 5), test_length=(1, 5))  # else the task defaults
+CATALOGUE = ("trend", "dedup", "count_greater", "max_element", "neighbour_sum", "most_frequent", "pair_lookup")
+"""The catalogue's benchmark programs (exactlens.interop.tracr.catalogue) beyond ``tracr-count_token``: the
+shaped models' generic settings at |w| 1..5 (docs/siit.md "The catalogue's benchmark tasks")."""
 
 
 def registered(name: str, **lengths: Any) -> dict[str, Any]:
@@ -60,6 +63,7 @@ CASES: dict[str, dict[str, Any]] = {
     "tracr-hist": registered("tracr-hist", train_length=(1, 5), test_length=(1, 5)),
     "tracr-count_token": registered("tracr-count_token", train_length=(1, 5), test_length=(1, 5)),
     "tracr-reverse": dict(TRACR, epochs=300),
+    **{f"tracr-{name}": dict(TRACR, epochs=300) for name in CATALOGUE},
     "sm-solution1": dict(optimizer="adam", epochs=1000, strings_per_epoch=128, batch_size=128, lr=3e-3,
                          lr_schedule="constant", eval_every=0, test_strings=200, train_length=(2, 8),
                          test_length=(2, 8)),
