@@ -136,7 +136,8 @@ def run_case(name: str, settings: dict[str, Any], out: Path, threads: int, with_
                    "test_r2": siit.final.get("test_r2"), "word_disjoint": record["measured"]["word_disjoint"]}
     row["plain"] = {}
     if plain is not None:
-        loss = siit_loss_of(get_preset(name).spec(dict(settings, siit=True)))
+        spec = {k: v for k, v in settings.items() if k != "seed"}  # a run's option, no preset's (--set seed=N)
+        loss = siit_loss_of(get_preset(name).spec(dict(spec, siit=True)))
         row["plain"] = {**measured_row(measure(loss, plain.model)), "test_accuracy": plain.final.get("test_accuracy"),
                         "test_r2": plain.final.get("test_r2")}
     row["load_end"] = load()
