@@ -79,13 +79,17 @@ def test_siit_defaults_that_are_not_a_dict_of_options_are_refused(program):
 
 
 def test_the_registered_programs_carry_their_measured_siit_defaults():
-    """tracr-hist and tracr-count_token met the targets at these settings (docs/siit.md); a construction without
-    SIIT defaults (tracr-reverse, missed) trains with --siit at its task's defaults."""
+    """tracr-hist, tracr-count_token and the catalogue's trend, neighbour_sum and count_greater met the targets at
+    these settings (docs/siit.md); a construction without SIIT defaults (tracr-reverse, tracr-max_element: missed)
+    trains with --siit at its task's defaults."""
     from exactlens.interop.tracr.library import SIIT_DEFAULTS
     from exactlens.train.presets import get_preset
 
-    for name in ("hist", "count_token"):
-        resolved = get_preset(f"tracr-{name}").resolve({"siit": True})
-        assert {k: resolved[k] for k in SIIT_DEFAULTS[name]} == SIIT_DEFAULTS[name]
-    reverse = get_preset("tracr-reverse")
-    assert reverse.siit_defaults == {} and reverse.resolve({"siit": True})["epochs"] == reverse.resolve({})["epochs"]
+    assert set(SIIT_DEFAULTS) == {"hist", "count_token", "trend", "neighbour_sum", "count_greater"}
+    for name in SIIT_DEFAULTS:
+        preset = get_preset(f"tracr-{name}")
+        resolved = preset.resolve({"siit": True})
+        assert preset.siit_defaults and {k: resolved[k] for k in SIIT_DEFAULTS[name]} == SIIT_DEFAULTS[name]
+    for missed in ("reverse", "max_element"):
+        preset = get_preset(f"tracr-{missed}")
+        assert preset.siit_defaults == {} and preset.resolve({"siit": True})["epochs"] == preset.resolve({})["epochs"]

@@ -124,9 +124,9 @@ def test_effective_pairs_are_those_whose_swap_changes_the_exact_answer(first_los
 @pytest.mark.parametrize("name", ["first", "tracr-dedup", "tracr-frac_prevs"])
 def test_siits_effective_pairs_are_the_diffs_changed_units_with_every_target_kept(name):
     """SIIT's effective pairs (its own decision comparison, siit.effective_pairs) are the pairs the diff's
-    designed-pair search counts as changed (designed.changed_units > 0), less those whose counterfactual has a
-    TIED target (SIIT cannot train on them): one rule, on a classification task, a prediction task with undefined
-    outputs in the middle, and a regression task."""
+    designed-pair search counts as changed (designed.changed_units > 0), a position whose counterfactual has no
+    answer (TIED, undefined) being no unit of either: one rule, on a classification task, a prediction task with
+    undefined outputs in the middle, and a regression task."""
     from exactlens.analysis.diff.alignment.designed import changed_units
     from exactlens.train.presets import get_preset
     from exactlens.train.siit import _targets_kept, siit_loss_of
@@ -137,7 +137,7 @@ def test_siits_effective_pairs_are_the_diffs_changed_units_with_every_target_kep
     for pairs, effective in zip(loss.circuit.train_pairs, loss.effective, strict=True):
         n_base = pairs.run.n_positions[pairs.base]
         for cf, base, idx in zip(pairs.cf, pairs.base_answers, effective, strict=True):
-            rule = (changed_units(task, cf, base, n_base) > 0) & _targets_kept(cf)
+            rule = (changed_units(task, cf, base, n_base) > 0) & _targets_kept(task, cf, n_base)
             assert sorted(idx.tolist()) == torch.nonzero(rule).flatten().tolist()
             checked += len(idx)
     assert checked > 0
@@ -168,3 +168,37 @@ def test_majority_trains_with_siit_from_its_registered_defaults():
     siit, plain = preset.resolve({"siit": True}), preset.resolve({})
     assert siit["siit_effective"] == 0.5 and siit["siit_iit_variables"] == 0 and siit["d_model"] >= 21
     assert siit["train_length"] == (1, 12) and plain["d_model"] == 8 and plain["siit_effective"] == 0.0
+
+
+def test_an_undefined_position_is_no_target_of_its_pair_not_the_pairs_end():
+    """tracr-trend is undefined at every word's last position: a pair keeps its other positions (before, every
+    pair was dropped, and the run trained and measured no interchange at all); a pair without any defined
+    counterfactual is dropped; a prediction at an undefined position moves no resample measure."""
+    pytest.importorskip("tracr")
+    from exactlens import tasks
+    from exactlens.tasks.base import UNDEFINED
+    from exactlens.train.siit import _targets_kept, output_change
+
+    task = tasks.get("tracr-trend")
+    n = torch.tensor([4, 4]) + task.n_specials  # words of 4 symbols
+    cf = torch.tensor([[0, 1, 2, UNDEFINED], [UNDEFINED] * 4])
+    assert _targets_kept(task, cf, n).tolist() == [True, False]
+    width, classes = 4 + task.n_specials, len(task.classes)
+    a = torch.zeros(2, width, classes)
+    b = a.clone()
+    b[:, task.n_specials + 3, 0] = 9.0  # only the last position, undefined, moves
+    truth = torch.tensor([[0, 1, 2, UNDEFINED]] * 2)
+    assert float(output_change(task, a, b, n).max()) > 0.1  # without the targets it counted
+    assert float(output_change(task, a, b, n, truth=truth).max()) == 0.0
+
+
+def test_a_program_undefined_at_one_position_trains_and_measures_every_held_out_pair(tmp_path):
+    pytest.importorskip("tracr")
+    from exactlens.train import train
+
+    run = train("tracr-trend", siit=True, epochs=1, strings_per_epoch=16, batch_size=16, test_strings=16,
+                eval_every=0, threads=1, seed=0, train_length=(1, 4), test_length=(1, 4), out=tmp_path / "run")
+    measured = run.info["siit"]["measured"]
+    assert set(measured["interchange"]) == {"aggregate_2:*", "trend_3:*"}
+    for got in measured["interchange"].values():
+        assert got["pairs"] == measured["held_out_pairs"] > 0 and got["changed_pairs"] > 0

@@ -283,10 +283,17 @@ def iit_masks(circuit: Circuit, model: Any, assign: torch.Tensor, n_positions: t
     return out
 
 
-def _targets_kept(cf: torch.Tensor) -> torch.Tensor:
-    """Rows with an answer (the exact model's counterfactual can tie: variables.TIED)."""
-    keep = cf != provided("siit_side").TIED
-    return keep.reshape(len(cf), -1).all(1)
+def _targets_kept(task: tasks.Task, cf: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+    """Rows with an answer: one answer per word, where the exact model's counterfactual is no tie
+    (variables.TIED); per position, where at least one target position has a counterfactual answer. A
+    position without one (a tie, or a compiled program's RASP None: undefined where the base word's answer
+    is, ``PairSet``, or made undefined by the swap) is no target of the row; the losses and ``measure`` leave
+    it out (``task.target_mask`` given ``cf``). Before, such a position dropped the whole row, so the
+    programs undefined at one position of every word (tracr-trend's last, tracr-neighbour_sum's first) had
+    no pair at all."""
+    if task.kind in ("membership", "classification"):
+        return cf != provided("siit_side").TIED
+    return kinds.valid_targets(task, n_positions.to(cf.device), cf.shape[1], cf).any(1)
 
 
 def _run_loss(task: tasks.Task, outputs: torch.Tensor, targets: torch.Tensor, n_positions: torch.Tensor
@@ -324,7 +331,7 @@ def effective_pairs(task: tasks.Task, pairs: Any, pair_sets: list[Any]) -> list[
     same = provided("siit_side").same_decisions
     tol = regression_tolerance(task, pair_sets)
     n_base = pairs.run.n_positions[pairs.base]
-    return [torch.nonzero(~same(task, cf, base, n_base, tol) & _targets_kept(cf)).flatten()
+    return [torch.nonzero(~same(task, cf, base, n_base, tol, truth=cf) & _targets_kept(task, cf, n_base)).flatten()
             for cf, base in zip(pairs.cf, pairs.base_answers, strict=True)]
 
 
@@ -374,7 +381,7 @@ class SIITLoss:
         if assign is not None:
             every = torch.stack([pairs.cf[v][rows] for v in range(len(circuit.variables))])
             cf = every[assign, torch.arange(batch.size)]  # each pair's own variable's counterfactual
-            keep = _targets_kept(cf)
+            keep = _targets_kept(task, cf, n_base.cpu())
             if bool(keep.any()):
                 hooks = [(hook, _resample(mask.to(device)))
                          for hook, mask in iit_masks(circuit, self.forward.model, assign, n_base.cpu(), width,
@@ -442,13 +449,14 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
             return kinds.decide(task, outputs(hooks), batch.n_positions[:batch.size]).cpu()
 
         plain_out = outputs([])
+        truth = pairs.run.truth[pairs.base]  # the base words' targets: an undefined position is no decision
         plain = kinds.decide(task, plain_out, n_base).cpu()
         for v, variable in enumerate(circuit.variables):
             mask = site_mask(loss.forward.model, circuit.mapping[variable.name], n_base.cpu(), width, d_model)
             got = decide([(circuit.mapping[variable.name]["hook"], _resample(mask.to(device)))])
-            cf, keep = pairs.cf[v], _targets_kept(pairs.cf[v])
-            ok = same_decisions(task, got, cf, n_base.cpu(), tol) & keep
-            moved = ~same_decisions(task, cf, pairs.base_answers[v], n_base.cpu(), tol) & keep
+            cf, keep = pairs.cf[v], _targets_kept(task, pairs.cf[v], n_base.cpu())
+            ok = same_decisions(task, got, cf, n_base.cpu(), tol, truth=cf) & keep
+            moved = ~same_decisions(task, cf, pairs.base_answers[v], n_base.cpu(), tol, truth=cf) & keep
             counts = right[variable.name]
             counts[0] += int(ok.sum())
             counts[1] += int(keep.sum())
@@ -460,9 +468,9 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
             got_out = outputs([(hook, _resample(mask.to(device)))])
             got = kinds.decide(task, got_out, n_base).cpu()
             count = changed.setdefault(hook, [0, 0, 0.0])
-            count[0] += int((~same_decisions(task, got, plain, n_base.cpu(), tol)).sum())
+            count[0] += int((~same_decisions(task, got, plain, n_base.cpu(), tol, truth=truth)).sum())
             count[1] += n
-            count[2] += float(output_change(task, plain_out, got_out, n_base).sum())
+            count[2] += float(output_change(task, plain_out, got_out, n_base, truth=truth).sum())
     iia = {name: {"iia": c[0] / c[1] if c[1] else None, "iia_changed": c[2] / c[3] if c[3] else None,
                   "pairs": c[1], "changed_pairs": c[3]} for name, c in right.items()}
     strict = {hook: c[0] / c[1] for hook, c in changed.items() if hook not in circuit.kept}
@@ -488,10 +496,12 @@ def regression_tolerance(task: tasks.Task, pair_sets: list[Any]) -> float:
     return REGRESSION_TOLERANCE * float(values.pow(2).mean().sqrt()) if values.numel() else 0.0
 
 
-def output_change(task: tasks.Task, a: torch.Tensor, b: torch.Tensor, n_positions: torch.Tensor) -> torch.Tensor:
+def output_change(task: tasks.Task, a: torch.Tensor, b: torch.Tensor, n_positions: torch.Tensor,
+                  truth: torch.Tensor | None = None) -> torch.Tensor:
     """[B]: how far each word's answer distribution moves from outputs ``a`` to ``b``: the total variation
     distance (membership: |sigmoid(a) - sigmoid(b)|; classes: half the L1 distance of the softmaxes; per
-    position: its mean over the word's target positions; regression: the mean absolute difference)."""
+    position: its mean over the word's target positions, those ``truth`` leaves undefined left out;
+    regression: the mean absolute difference)."""
     kind = task.kind
     if kind == "membership":
         def p(x: torch.Tensor) -> torch.Tensor:  # sigmoid of the signed logit (margin |logit|, sign: decision)
@@ -501,7 +511,7 @@ def output_change(task: tasks.Task, a: torch.Tensor, b: torch.Tensor, n_position
     if kind == "classification":
         return 0.5 * (a.softmax(-1) - b.softmax(-1)).abs().sum(-1).cpu()
     pa, pb = kinds.symbol_outputs(task, a), kinds.symbol_outputs(task, b)
-    valid = kinds.valid_targets(task, n_positions, pa.shape[1])
+    valid = kinds.valid_targets(task, n_positions, pa.shape[1], None if truth is None else truth.to(pa.device))
     each = (0.5 * (pa.softmax(-1) - pb.softmax(-1)).abs().sum(-1) if kind == "prediction"
             else (pa - pb).abs().reshape(pa.shape[0], pa.shape[1], -1).mean(-1))
     return ((each * valid).sum(1) / valid.sum(1).clamp(min=1)).cpu()
