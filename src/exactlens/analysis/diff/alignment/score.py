@@ -34,8 +34,9 @@ def units(task: tasks.Task, decisions: torch.Tensor, cf: torch.Tensor, base: tor
     decisions, base = decisions[:, :width], base[:, :width]
     if task.kind == "regression":
         decode, tol = regression_answers(cf[valid])
-        right = decode(decisions) == decode(cf)
-        changed = decode(cf) != decode(base) if base_is_decision else (cf.double() - base.double()).abs() > tol
+        answers = decode(cf)
+        right = decode(decisions) == answers
+        changed = answers != decode(base) if base_is_decision else (cf.double() - base.double()).abs() > tol
     else:
         right = decisions == cf.long()
         changed = cf.long() != base.long()
