@@ -7,7 +7,9 @@ sensitive than wall time to other jobs on a shared machine) and the median chang
 variable of the last round.
 
 Usage: PYTHONPATH=src python benchmarks/bench_pairs.py [--names first,parity] [--rounds 2] [--quick]
-       [--results PATH]   (--quick: first only, lengths 4 and 6, 1 round, 10 DAS steps)
+       [--full-swaps] [--results PATH]   (--quick: first only, lengths 4 and 6, 1 round, 10 DAS steps;
+       --full-swaps: the exact variables' swaps run every layer at every position, as before the readout-only
+       swaps, exactlens.analysis.diff.interventions.READOUT_ONLY off: the same rows, to time what they gain)
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 import torch
 from goals import Goals, add_arguments
 
-from exactlens.analysis.diff import diff
+from exactlens.analysis.diff import diff, interventions
 from exactlens.constructions import build
 
 DESIGNS = ("designed", "random")
@@ -40,13 +42,17 @@ def main() -> None:
     parser.add_argument("--names", default="first,parity")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="first only, lengths 4 and 6, 1 round, 10 DAS steps")
+    parser.add_argument("--full-swaps", action="store_true",
+                        help="the exact variables' swaps in full passes (interventions.READOUT_ONLY off)")
     add_arguments(parser)
     args = parser.parse_args()
     names, lengths, steps = args.names.split(","), [4, 6, 8, 10], 80
     if args.quick:
         names, lengths, steps, args.rounds = ["first"], [4, 6], 10, 1
     torch.set_num_threads(1)
-    print(f"load average {os.getloadavg()[0]:.2f}; one thread", flush=True)
+    interventions.READOUT_ONLY = not args.full_swaps
+    print(f"load average {os.getloadavg()[0]:.2f}; one thread{'; full-pass swaps' if args.full_swaps else ''}",
+          flush=True)
     goals = Goals("bench_pairs.py", args.quick)
     print("| construction | design | median CPU s | median changed test pairs per variable |")
     print("|---|---|---|---|")

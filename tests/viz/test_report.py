@@ -228,6 +228,10 @@ def test_a_trained_vs_exact_diff_per_task_kind(report: Path, anchor: str) -> Non
         # a TrainedDiff whose model does not solve its task takes das_unsolved_steps (5 of the quick report's 20),
         # and the page says so
         assert data["settings"]["das_steps"] == 20 and data["settings"]["das_unsolved_steps"] == 5
+        # --quick fits k = 1 only (the full report k = 1..3), and the page says so
+        assert data["settings"]["das_max_dim"] == 1
+        assert all(r["dim"] in (1, r["variable_dim"]) for r in data["alignment"])  # k = 1, or the variable's own
+        assert "DAS: subspaces of k = 1..1 dimensions" in section and "the full report fits k = 1..3" in section
         solves = data["alignment_details"]["solves"]["solves"]
         assert data["alignment_details"]["settings"]["steps"] == (20 if solves else 5)
         assert ("each fit here took 5 Adam steps instead of 20" in section) == (not solves)

@@ -35,6 +35,8 @@ class TrainedDiff:
     quick_das_steps: int = 20  # --quick: the formation timelines' DAS steps
     unsolved_das_steps: int = 20  # where the trained model does not solve the task (diff's das_unsolved_steps)
     quick_unsolved_das_steps: int = 5  # ... in --quick
+    das_max_dim: int = 3  # DAS subspaces of 1..das_max_dim dimensions (diff's default)
+    quick_das_max_dim: int = 1  # ... in --quick: the k = 1 fits only (the larger k stages are most of a fit's time)
     note: str = ""
 
 
@@ -47,6 +49,17 @@ def _held_out(final: dict[str, Any]) -> str:
     return text
 
 
+def _das_setting(ctx: ReportContext, spec: TrainedDiff, strings: int, steps: int, unsolved: int, max_dim: int) -> str:
+    """The DAS settings of the diff, in a sentence; with --quick, beside the full report's."""
+    text = (f"DAS: subspaces of k = 1..{max_dim} dimensions (and a variable's own where it needs more), {steps} Adam "
+            f"steps per fit group ({unsolved} where the trained model does not solve the task), {strings} words per "
+            "length.")
+    if ctx.quick:
+        text += (f" Quick settings: the full report fits k = 1..{spec.das_max_dim} with {spec.das_steps} steps "
+                 f"({spec.unsolved_das_steps}) on {spec.strings} words per length.")
+    return text
+
+
 def trained_diff_section(ctx: ReportContext, spec: TrainedDiff) -> Section:
     try:
         options = {**spec.options, **(spec.quick_options if ctx.quick else {})}
@@ -56,10 +69,11 @@ def trained_diff_section(ctx: ReportContext, spec: TrainedDiff) -> Section:
         trained_s = time.perf_counter() - start
         strings = spec.quick_strings if ctx.quick else spec.strings
         das_steps = spec.quick_das_steps if ctx.quick else spec.das_steps
-        unsolved = spec.quick_unsolved_das_steps if ctx.quick else spec.unsolved_das_steps
+        unsolved = min(das_steps, spec.quick_unsolved_das_steps if ctx.quick else spec.unsolved_das_steps)
+        max_dim = spec.quick_das_max_dim if ctx.quick else spec.das_max_dim
         result = diff(run.model, spec.against, params=spec.params or None, lengths=list(spec.lengths),
-                      strings=strings, das_steps=das_steps, das_unsolved_steps=min(das_steps, unsolved),
-                      alignment_pairs=strings)
+                      strings=strings, das_steps=das_steps, das_unsolved_steps=unsolved,
+                      alignment_pairs=strings, das_max_dim=max_dim)
         data = ctx.write_json(f"{spec.anchor}.json", result)
         views = attention_views(result, run.model, ctx.out_dir / "attention" / spec.anchor,
                                 bundle_dir=ctx.bundle_dir)
@@ -69,7 +83,9 @@ def trained_diff_section(ctx: ReportContext, spec: TrainedDiff) -> Section:
             f"<p>A model trained with <code>exactlens train {esc(spec.train_name)}</code> ({cfg.n_layers} layers x "
             f"{cfg.n_heads} heads, d = {cfg.d_model}; {run.info['steps']} steps, {trained_s:.1f} s; "
             f"{esc(_held_out(run.final))}) compared through hooks with the exact construction "
-            f"<code>{esc(spec.against)}</code>. {spec.note} JSON: <a href=\"{esc(data)}\">{esc(data)}</a>.</p>"
+            f"<code>{esc(spec.against)}</code>. {spec.note} "
+            f"{_das_setting(ctx, spec, strings, das_steps, unsolved, max_dim)} "
+            f"JSON: <a href=\"{esc(data)}\">{esc(data)}</a>.</p>"
         )
         return Section(spec.title, spec.anchor, intro + diff_html(result, links))
     except Exception as err:  # a failing section must not sink the report

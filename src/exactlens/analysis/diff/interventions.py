@@ -38,6 +38,37 @@ from exactlens.analysis.diff.probes import feature_direction
 from exactlens.analysis.diff.runs import Side, same_decisions
 from exactlens.resources import memory_limit
 
+READOUT_ONLY = True
+"""Whether the exact variables' stacked swaps (the designed-pair search's and the random pairs' counterfactuals,
+:func:`.alignment.variables.swapped_answers`) compute the exact model's last layer at the readout position only
+where that gives the outputs of a full pass (:func:`readout_only_for`); tests/analysis/test_readout_only_swaps.py
+and benchmarks/bench_pairs.py turn it off to compare."""
+
+ROW_ACTIVATIONS = frozenset(("hook_embed", "hook_pos_embed", "hook_resid_pre", "hook_attn_out", "hook_resid_mid",
+                             "hook_mlp_out", "hook_resid_post", "hook_scale", "hook_normalized"))
+"""Hooks whose activations are [batch, pos, ...], one row per position, that a position-wise function of the
+stream computes (under a readout-only pass, those of the last layer after its attention are [batch, 1, ...]:
+the readout row alone)."""
+
+
+def readout_only_for(side: Any, sites: list[str]) -> bool:
+    """Whether a patched pass of ``side`` with hooks at ``sites`` may run its last layer at the readout position
+    only (``ExactTransformer.run(..., readout_only=True)``) and give the outputs of a full pass: READOUT_ONLY is on,
+    ``side`` is an ExactTransformer whose readout reads one position per word, and every site in or after the
+    last layer is one of ROW_ACTIVATIONS. There a patch of a readout-only pass sees the readout row alone, which
+    is all the readout reads after the attention (everything after it is position-wise): the patch is applied to
+    that row (:func:`stacked_patched_outputs`, and a patch at another position of the last layer reaches no
+    readout). A site of another kind in the last layer (the attention's queries, keys, pattern) runs in full."""
+    if not READOUT_ONLY or not side.exact or side.model.cfg.readout == "per_position":
+        return False
+    last = side.n_layers - 1
+
+    def before_last(site: str) -> bool:
+        parts = site.split(".")
+        return len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit() and int(parts[1]) < last
+
+    return all(before_last(site) or site.rsplit(".", 1)[-1] in ROW_ACTIVATIONS for site in sites)
+
 
 def _patched_outputs(
     side: Any,
@@ -55,41 +86,51 @@ def _patched_outputs(
 
 def stacked_patched_outputs(side: Any, tokens: torch.Tensor, patches: list[tuple[str, np.ndarray, np.ndarray,
                                                                                np.ndarray | None]],
-                            n_positions: torch.Tensor) -> torch.Tensor:
-    """:func:`_patched_outputs` of several patches in one forward pass: copy k of the words [B, pos] is patched as
-    patches[k] = (site, direction [d, r] or [d], source activations [B, pos, d], positions or None: every
-    one) prescribes, and the task outputs of all copies come back stacked, copy k's at rows k*B .. (k+1)*B - 1.
-    An ExactTransformer's hooks go on its hook points directly (TransformerLens's hooks() context resets every
-    hook point on exit); another model's (HookedTransformer, TransformerBridge) through that context."""
+                            n_positions: torch.Tensor, readout_only: bool = False) -> torch.Tensor:
+    """:func:`_patched_outputs` of several patches in one forward pass: copy k of the words [B, pos] (one length) is
+    patched as patches[k] = (site, direction [d, r] or [d], source activations [B, pos, d], positions or None:
+    every one) prescribes, and the task outputs of all copies come back stacked, copy k's at rows k*B .. (k+1)*B - 1.
+    ``readout_only``: run an exact model's last layer at the readout position only where :func:`readout_only_for`
+    allows it (a patch there gets the readout row of its source and positions). An ExactTransformer's hooks go on
+    its hook points directly (TransformerLens's hooks() context resets every hook point on exit); another model's
+    (HookedTransformer, TransformerBridge) through that context."""
     dtype = next(side.model.parameters()).dtype
     device = next(side.model.parameters()).device
     batch, n_pos, copies = int(tokens.shape[0]), int(tokens.shape[1]), len(patches)
     by_site: dict[str, list[int]] = {}
     for k, (site, _, _, _) in enumerate(patches):
         by_site.setdefault(site, []).append(k)
+    only = readout_only and readout_only_for(side, list(by_site))
+    rows = side.model.readout_rows(torch.full((batch,), n_pos, dtype=torch.long)) if only else None
 
-    def hook_for(rows: list[int]) -> Any:
-        units = [torch.as_tensor(patches[k][1], dtype=dtype, device=device) for k in rows]
+    def hook_for(where: list[int]) -> Any:
+        units = [torch.as_tensor(patches[k][1], dtype=dtype, device=device) for k in where]
         units = [u[:, None] if u.ndim == 1 else u for u in units]
-        sources = [torch.as_tensor(patches[k][2], dtype=dtype, device=device) for k in rows]
+        sources = [torch.as_tensor(patches[k][2], dtype=dtype, device=device) for k in where]
         keeps = []
-        for k in rows:
+        for k in where:
             positions = patches[k][3]
             keep = torch.ones(n_pos, dtype=dtype, device=device)
             if positions is not None:
                 keep = torch.zeros(n_pos, dtype=dtype, device=device)
                 keep[torch.as_tensor(positions)] = 1
-            keeps.append(keep)
+            keeps.append(keep[None, :, None])
+        at_rows = None
+        if rows is not None:  # the same at the readout row of each word: [B, 1, d] and [B, 1, 1]
+            pick = rows.to(device)
+            at_rows = [(src[torch.arange(batch, device=device), pick][:, None], keep[0, pick, 0][:, None, None])
+                       for src, keep in zip(sources, keeps, strict=True)]
 
         def hook(act: torch.Tensor) -> torch.Tensor:
             shaped = act.reshape(copies, batch, *act.shape[1:]).clone()
-            for k, u, src, keep in zip(rows, units, sources, keeps, strict=True):
+            here = zip(sources, keeps, strict=True) if act.shape[1] == n_pos or at_rows is None else at_rows
+            for k, u, (src, keep) in zip(where, units, here, strict=True):
                 delta = ((src - shaped[k]) @ u) @ u.T
-                shaped[k] = shaped[k] + delta * keep[None, :, None]
+                shaped[k] = shaped[k] + delta * keep
             return shaped.reshape(act.shape)
         return hook
 
-    hooks = [(site, hook_for(rows)) for site, rows in by_site.items()]
+    hooks = [(site, hook_for(where)) for site, where in by_site.items()]
     words = tokens.repeat(copies, *([1] * (tokens.ndim - 1)))
     if not side.exact:
         with torch.no_grad(), side.model.hooks(fwd_hooks=[(site, lambda act, hook=None, fn=fn: fn(act))
@@ -100,7 +141,7 @@ def stacked_patched_outputs(side: Any, tokens: torch.Tensor, patches: list[tuple
                for site, fn in hooks]
     try:
         with torch.no_grad():  # outputs only: no graph of every copy's activations
-            logits = side.model(words)
+            logits = side.model(words, readout_only=True) if only else side.model(words)
     finally:
         for handle in handles:
             handle.remove()

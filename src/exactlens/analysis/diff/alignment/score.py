@@ -34,8 +34,9 @@ def units(task: tasks.Task, decisions: torch.Tensor, cf: torch.Tensor, base: tor
     decisions, base = decisions[:, :width], base[:, :width]
     if task.kind == "regression":
         decode, tol = regression_answers(cf[valid])
-        right = decode(decisions) == decode(cf)
-        changed = decode(cf) != decode(base) if base_is_decision else (cf.double() - base.double()).abs() > tol
+        answers = decode(cf)
+        right = decode(decisions) == answers
+        changed = answers != decode(base) if base_is_decision else (cf.double() - base.double()).abs() > tol
     else:
         right = decisions == cf.long()
         changed = cf.long() != base.long()
@@ -102,12 +103,16 @@ def score_group(task: tasks.Task, side: Side, site: str, fits: list[Fit], psets:
         own = ran[-1]
         decisions = own.unsqueeze(0).repeat(len(stacked), *([1] * own.ndim))
         decisions[run] = ran
+        scored: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}  # fits of one variable (and projector) alike
         for f, fit in enumerate(fits):
             cf = pset.cf[fit.variable]
-            r, c = units(task, decisions[rows[f]], cf, own, n_pos)
-            nothing, _ = units(task, own, cf, own, n_pos)
-            _, task_changed = units(task, own, cf, pset.base_answers[fit.variable], n_pos, base_is_decision=False)
-            for k, v in zip(keys, (r, c, nothing, task_changed), strict=True):
+            if (fit.variable, -1) not in scored:
+                nothing, _ = units(task, own, cf, own, n_pos)
+                _, task_changed = units(task, own, cf, pset.base_answers[fit.variable], n_pos, base_is_decision=False)
+                scored[fit.variable, -1] = nothing, task_changed
+            if (fit.variable, rows[f]) not in scored:
+                scored[fit.variable, rows[f]] = units(task, decisions[rows[f]], cf, own, n_pos)
+            for k, v in zip(keys, (*scored[fit.variable, rows[f]], *scored[fit.variable, -1]), strict=True):
                 got[f][k].append(v)
     out = []
     for g in got:

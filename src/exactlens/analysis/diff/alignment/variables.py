@@ -75,8 +75,10 @@ def counterfactuals(variables: list[HighLevel], run: LengthRun, b: torch.Tensor,
 
 def swapped_answers(run: LengthRun, b: torch.Tensor, s: torch.Tensor, swaps: list[Swap]) -> list[torch.Tensor]:
     """The exact model's answers on words b of a run with each swap's direction(s) set to words s's: copies of the
-    words, one per swap, in forward passes of at most :func:`copies_per_pass` copies; per swap, ties, leak and
-    norms of rounding noise read as no answer (:func:`no_answer_where_tied`, :class:`NormWatch`)."""
+    words, one per swap, in forward passes of at most :func:`copies_per_pass` copies, whose last layer runs at the
+    readout position only where that gives a full pass's outputs (:func:`.interventions.readout_only_for`); per
+    swap, ties, leak and norms of rounding noise read as no answer (:func:`no_answer_where_tied`,
+    :class:`NormWatch`)."""
     exact = swaps[0].exact
     n_pos, words = run.n_positions[b], run.tokens[b]
     rows = exact.model.readout_rows(run.n_positions)
@@ -86,7 +88,7 @@ def swapped_answers(run: LengthRun, b: torch.Tensor, s: torch.Tensor, swaps: lis
         part = swaps[lo:lo + step]
         patches = [(w.site, w.direction, run.exact_acts[w.site][s.numpy()], w.positions) for w in part]
         with NormWatch(exact) as watch:
-            outputs = stacked_patched_outputs(exact, words, patches, n_pos)
+            outputs = stacked_patched_outputs(exact, words, patches, n_pos, readout_only=True)
         undecided = watch.undecided(None if rows is None else rows[b].repeat(len(part)))
         for k in range(len(part)):
             here = outputs[k * len(b):(k + 1) * len(b)]
@@ -330,7 +332,8 @@ class NormWatch:
     by rounding, not by the circuit. parity-ln-eta: its confidence layer (Chiang & Cholak Prop. 2) writes
     [s, -s, 0...] and normalizes it; where a swap leaves no position with i = k, s is 0, and the answer was the
     sign of a residue ~1e-17 (58 of the 96 changed training pairs of k/n@1 at lengths 4, 6; a patch in the same
-    direction computed another way took the other sign on 6 of them)."""
+    direction computed another way took the other sign on 6 of them). In a pass whose last layer runs at the
+    readout position only, that layer's activations after its attention are that row alone ([B, 1, ...])."""
 
     def __init__(self, exact: Side):
         self.watched = zero_eps_norms(exact)  # (scale hook, residual hook, component hook)
@@ -354,8 +357,10 @@ class NormWatch:
         index = rows.long().to(next(iter(self.acts.values())).device)
         out = None
         for scale_name, residual, component in self.watched:
-            def at(name: str) -> torch.Tensor:
+            def at(name: str) -> torch.Tensor:  # one position per word: the readout row of a readout-only pass
                 act = self.acts[name]
+                if act.shape[1] == 1:
+                    return act[:, 0]
                 return act[torch.arange(act.shape[0], device=act.device), index[:act.shape[0]]]
             here = normalizes_rounding(at(scale_name), at(residual), at(component), self.acts[scale_name].dtype)
             out = here if out is None else out | here
