@@ -105,12 +105,18 @@ def diff_row(checkpoint: Path, against: str, mapping: dict[str, Any], lengths: l
     verdicts = diff(str(checkpoint), against, lengths=lengths, **settings)["summary"]["verdicts"]
     rows = {}
     for name, site in mapping.items():
-        line = verdicts.get(name, {})
-        found = line.get("site")
-        rows[name] = {"verdict": line.get("verdict"), "site": found, "mapped_site": site["hook"],
-                      "iia": line.get("iia"), "interval": line.get("iia_ci"), "reason": line.get("untestable_reason"),
-                      "at_mapped_site": None if found is None else found in sites_of(site["hook"])}
-    return {"verdicts": rows, "seconds": round(time.perf_counter() - start, 1),
+        # the variable's own line, and its position-resolved lines (v@p) where it was trained at every position
+        copies = [v for v in verdicts if v.rpartition("@")[0] == name and v.rpartition("@")[2].isdigit()]
+        for key in [name] + (copies if site.get("positions", "all") == "all" else []):
+            line = verdicts.get(key, {})
+            found = line.get("site")
+            rows[key] = {"verdict": line.get("verdict"), "site": found, "mapped_site": site["hook"],
+                         "iia": line.get("iia"), "interval": line.get("iia_ci"),
+                         "reason": line.get("untestable_reason"), "resolves": name if key != name else None,
+                         "at_mapped_site": None if found is None else found in sites_of(site["hook"])}
+    kept = ("verdict", "site", "iia", "iia_ci", "changed_pairs")
+    lines = {k: {f: v.get(f) for f in kept} for k, v in verdicts.items()}  # every line of the diff, compact
+    return {"verdicts": rows, "lines": lines, "seconds": round(time.perf_counter() - start, 1),
             "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}}
 
 
@@ -171,9 +177,11 @@ def _at_sites(side: dict[str, Any]) -> str:
     d = side.get("diff")
     if not d:
         return "-"
-    rows = d["verdicts"].values()
-    hits = sum(1 for r in rows if r["verdict"] == "computed" and r["at_mapped_site"])
-    return f"{hits}/{len(rows)}"
+    found: dict[str, bool] = {}  # a mapped variable is found where it or one of its positions (v@p) is computed there
+    for name, r in d["verdicts"].items():
+        base = r.get("resolves") or name
+        found[base] = found.get(base, False) or (r["verdict"] == "computed" and bool(r["at_mapped_site"]))
+    return f"{sum(found.values())}/{len(found)}"
 
 
 def _test(side: dict[str, Any]) -> str:

@@ -94,6 +94,14 @@ def test_mapped_sites_of_verdicts(first_run):
     lines["I[w_i=1 & i=1]"]["site"] = "blocks.1.hook_resid_mid"
     assert with_mapped_sites(lines, first_run.model)["I[w_i=1 & i=1]"]["at_mapped_site"] is False
     assert lines["first_symbol"]["mapped_site"] is None and lines["first_symbol"]["at_mapped_site"] is None
+    at_position = {"I[w_i=1 & i=1]@1": {"verdict": "computed", "site": "blocks.0.hook_mlp_out"},
+                   "I[w_i=1 & i=1]@x": {"verdict": "computed", "site": "blocks.0.hook_mlp_out"},
+                   "s@2": {"verdict": "computed", "site": "blocks.1.hook_attn_out"}}
+    with_mapped_sites(at_position, first_run.model)  # v@p takes v's mapping where v was trained at every position
+    assert at_position["I[w_i=1 & i=1]@1"]["mapped_site"] == "blocks.0.hook_mlp_out"
+    assert at_position["I[w_i=1 & i=1]@1"]["at_mapped_site"] is True
+    assert at_position["I[w_i=1 & i=1]@x"]["mapped_site"] is None  # no position index: no variable of the run
+    assert at_position["s@2"]["mapped_site"] is None  # s was trained at the readout position only
     plain = {"s": {"site": "blocks.1.hook_resid_mid"}}
     assert with_mapped_sites(plain, object()) == {"s": {"site": "blocks.1.hook_resid_mid"}}
 

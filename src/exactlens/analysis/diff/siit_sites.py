@@ -7,6 +7,11 @@ component output or the residual site it is first added into (``hook_attn_out`` 
 ``blocks.L.hook_resid_mid``; ``hook_mlp_out`` -> ``blocks.L.hook_resid_post``, or the FFN's
 ``blocks.L.mlp.hook_post``); None where the verdict names no site (e.g. "indistinguishable from the
 answer") or the variable is not mapped. A model without a mapping is left as it is.
+
+A position-resolved line (``v@p``: the variable at position p, docs/diff.md "position-resolved variables")
+takes the mapping of ``v`` where ``v`` was trained at every position (``positions: "all"``): SIIT trained
+``v``'s coordinates at p too. A ``v`` mapped at the readout position only was trained at no other position, so
+its ``v@p`` lines stay unmapped (None).
 """
 
 from __future__ import annotations
@@ -37,8 +42,17 @@ def with_mapped_sites(lines: dict[str, dict[str, Any]], model: Any) -> dict[str,
     if mapping is None:
         return lines
     for name, line in lines.items():
-        site = mapping.get(name)
+        site = mapping.get(name) or _mapped_at_position(name, mapping)
         line["mapped_site"] = None if site is None else site["hook"]
         found = line.get("site")
         line["at_mapped_site"] = None if site is None or found is None else found in sites_of(site["hook"])
     return lines
+
+
+def _mapped_at_position(name: str, mapping: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The mapping of a position-resolved line ``v@p`` where ``v`` is mapped at every position, else None."""
+    base, at, position = name.rpartition("@")
+    if not at or not position.isdigit():
+        return None
+    site = mapping.get(base)
+    return site if site is not None and site.get("positions", "all") == "all" else None
