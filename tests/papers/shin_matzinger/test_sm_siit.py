@@ -1,7 +1,7 @@
 """SIIT on Shin & Matzinger's solutions (docs/siit.md "Shin & Matzinger's solutions 2 and 3"): solution 2's derived
 mapping and its counterfactuals, which stay in the task's range (each swap of ``pos_k`` gives position k the source
 word's answer), and solution 3's, which leave it. No per-task SIIT defaults are registered: solution 2 met the
-targets on seed 0 but not on seed 1 (docs/siit.md)."""
+targets on seed 0 only of three seeds (docs/siit.md)."""
 
 from __future__ import annotations
 
