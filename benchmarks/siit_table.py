@@ -72,6 +72,8 @@ CASES: dict[str, dict[str, Any]] = {
                          test_length=(2, 8)),
 }
 """Training settings per case (small: a shared 2-core CPU); the rest are each task's defaults."""
+for _name in ("sm-solution2", "sm-solution3"):  # Shin & Matzinger's other two solutions, sm-solution1's settings
+    CASES[_name] = dict(CASES["sm-solution1"])
 DIFF = dict(parts=("alignment",), untrained_baseline=False, strings=16, das_steps=40)
 """The diff's settings (alignment only, 16 words per length, 40 DAS steps per fit group: a loaded shared
 CPU; lengths: the training lengths' last two)."""
