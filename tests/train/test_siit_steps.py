@@ -202,3 +202,36 @@ def test_a_program_undefined_at_one_position_trains_and_measures_every_held_out_
     assert set(measured["interchange"]) == {"aggregate_2:*", "trend_3:*"}
     for got in measured["interchange"].values():
         assert got["pairs"] == measured["held_out_pairs"] > 0 and got["changed_pairs"] > 0
+
+
+def test_a_held_out_word_without_any_target_is_no_word_of_the_resample_measures():
+    """tracr-trend's words of one symbol have no defined target (the last position is undefined): the resample
+    measures (decision and output change of each unmapped part) leave them out of their denominators, so held-out
+    pairs of length 1 beside those of length 3 give length 3's numbers alone, and length 1 alone measures nothing
+    (before, each such word counted as an unchanged decision: length 1 alone read as perfectly strict, 0.0); the
+    strictness loss of a batch is that of its words with a target."""
+    pytest.importorskip("tracr")
+    from exactlens.train.presets import get_preset
+    from exactlens.train.siit import measure, siit_loss_of
+
+    loss = siit_loss_of(get_preset("tracr-trend").spec({"siit": True, "train_length": (1, 3),
+                                                       "test_length": (1, 3)}))
+    task, sets = loss.circuit.task, {p.run.length: p for p in loss.circuit.train_pairs}
+    one, three = sets[1], sets[3]
+    truth = one.run.truth[one.base]
+    assert not task.target_mask(one.run.n_positions[one.base] - task.n_specials, truth.shape[1], truth).any()
+    torch.manual_seed(0)
+    model = loss.forward.model
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))  # an imperfect model: resampling moves some decisions
+    loss.circuit.test_pairs = [three]
+    alone = measure(loss, model)
+    assert max(alone["resample_output_change"].values()) > 0
+    loss.circuit.test_pairs = [one, three]
+    both = measure(loss, model)
+    for key in ("resample_decision_change", "resample_output_change"):
+        assert both[key] == pytest.approx(alone[key], rel=1e-9, abs=1e-12), key
+    loss.circuit.test_pairs = [one]
+    nothing = measure(loss, model)
+    assert nothing["resample_decision_change"] == {} and nothing["max_resample_decision_change"] is None

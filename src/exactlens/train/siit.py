@@ -399,8 +399,11 @@ class SIITLoss:
             hooks = [(h, _resample(masks[h].to(device))) for h in chosen]
             if hooks:
                 out = self.forward(params, batch.tokens, batch.n_positions, hooks)
-                truth = pairs.run.truth[pairs.base[rows]].to(device)
-                total = total + opts["siit_strict_weight"] * _run_loss(task, out[:, :batch.size], truth, n_base)
+                truth = pairs.run.truth[pairs.base[rows]]
+                has = _targets_kept(task, truth, n_base.cpu()).to(device)  # a word without a target: no loss
+                if bool(has.any()):
+                    total = total + opts["siit_strict_weight"] * _run_loss(task, out[:, :batch.size][:, has],
+                                                                           truth.to(device)[has], n_base[has])
         return total
 
 
@@ -450,6 +453,7 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
 
         plain_out = outputs([])
         truth = pairs.run.truth[pairs.base]  # the base words' targets: an undefined position is no decision
+        defined = _targets_kept(task, truth, n_base.cpu())  # and a word without any target is no word measured
         plain = kinds.decide(task, plain_out, n_base).cpu()
         for v, variable in enumerate(circuit.variables):
             mask = site_mask(loss.forward.model, circuit.mapping[variable.name], n_base.cpu(), width, d_model)
@@ -468,15 +472,16 @@ def measure(loss: SIITLoss, model: Any) -> dict[str, Any]:
             got_out = outputs([(hook, _resample(mask.to(device)))])
             got = kinds.decide(task, got_out, n_base).cpu()
             count = changed.setdefault(hook, [0, 0, 0.0])
-            count[0] += int((~same_decisions(task, got, plain, n_base.cpu(), tol, truth=truth)).sum())
-            count[1] += n
-            count[2] += float(output_change(task, plain_out, got_out, n_base, truth=truth).sum())
+            count[0] += int((~same_decisions(task, got, plain, n_base.cpu(), tol, truth=truth) & defined).sum())
+            count[1] += int(defined.sum())
+            count[2] += float(output_change(task, plain_out, got_out, n_base, truth=truth)[defined].sum())
     iia = {name: {"iia": c[0] / c[1] if c[1] else None, "iia_changed": c[2] / c[3] if c[3] else None,
                   "pairs": c[1], "changed_pairs": c[3]} for name, c in right.items()}
-    strict = {hook: c[0] / c[1] for hook, c in changed.items() if hook not in circuit.kept}
-    output = {hook: c[2] / c[1] for hook, c in changed.items() if hook not in circuit.kept}
+    measured = {hook: c for hook, c in changed.items() if c[1]}  # none where no held-out word has a target
+    strict = {hook: c[0] / c[1] for hook, c in measured.items() if hook not in circuit.kept}
+    output = {hook: c[2] / c[1] for hook, c in measured.items() if hook not in circuit.kept}
     kept = {hook: {"decision_change": c[0] / c[1], "output_change": c[2] / c[1]}
-            for hook, c in changed.items() if hook in circuit.kept}
+            for hook, c in measured.items() if hook in circuit.kept}
     return {"held_out_pairs": sum(len(p.base) for p in circuit.test_pairs), "word_disjoint": circuit.held_out,
             "regression_tolerance": tol if task.kind == "regression" else None, "interchange": iia,
             "resample_decision_change": strict,
