@@ -50,7 +50,8 @@ def _passes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 def test_readout_only_swaps_give_the_full_passes_answers(name: str, lengths: list[int],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Every exact variable's counterfactual answers (position-resolved ones and the task's variables beside them)
-    with the stacked swaps' last layer at the readout row only equal those of full passes, bit for bit: MAJORITY
+    with the stacked swaps' last layer at the readout row only equal those of full passes (the answers, not the
+    raw outputs, which may differ by rounding): MAJORITY
     (one layer: every swap is inside the last layer, after its attention), parity-ln-eta (its zero-eps post norms
     of the last layer watched, NormWatch), Dyck-1 (readout at the last position, -1), palindrome."""
     task, side, runs = _side(name, lengths)
