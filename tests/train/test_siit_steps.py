@@ -235,3 +235,22 @@ def test_a_held_out_word_without_any_target_is_no_word_of_the_resample_measures(
     loss.circuit.test_pairs = [one]
     nothing = measure(loss, model)
     assert nothing["resample_decision_change"] == {} and nothing["max_resample_decision_change"] is None
+
+
+def test_a_pair_set_without_any_target_is_never_drawn():
+    """tracr-trend's words of one symbol have no defined target: their pair set gives neither an IIT nor a
+    strictness loss, so a step that drew it trained nothing (26 % of tracr-trend's steps at 1..5). Each set is
+    drawn as often as it has base words with a target; at length 1 alone the run is refused in one line."""
+    pytest.importorskip("tracr")
+    from exactlens.errors import ExactLensError
+    from exactlens.train.presets import get_preset
+    from exactlens.train.siit import siit_loss_of
+
+    loss = siit_loss_of(get_preset("tracr-trend").spec({"siit": True, "train_length": (1, 3),
+                                                       "test_length": (1, 3)}))
+    lengths = [p.run.length for p in loss.circuit.train_pairs]
+    weights = dict(zip(lengths, loss.weights, strict=True))
+    assert 1 in weights and weights[1] == 0.0
+    assert all(w > 0 for length, w in weights.items() if length > 1) and sum(weights.values()) == pytest.approx(1)
+    with pytest.raises(ExactLensError, match="^siit: .*lengths \\[1\\]"):  # nothing to train there: one line
+        siit_loss_of(get_preset("tracr-trend").spec({"siit": True, "train_length": (1, 1), "test_length": (1, 3)}))

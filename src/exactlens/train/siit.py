@@ -356,7 +356,13 @@ class SIITLoss:
         self.spec, self.circuit, self.previous = spec, circuit, previous
         self.forward = _Forward(spec)
         self.rng = np.random.default_rng(PAIR_SEED)
-        sizes = np.array([len(p.base) for p in circuit.train_pairs], dtype=float)
+        # each set drawn as often as it has base words with a target: a set of words that have none (tracr-trend's
+        # length 1, whose one position is undefined) has no loss to give, and drawing it made a step train nothing
+        sizes = np.array([float(_targets_kept(circuit.task, p.run.truth[p.base], p.run.n_positions[p.base]).sum())
+                          for p in circuit.train_pairs])
+        if not sizes.sum():
+            raise ExactLensError(f"siit: {spec.name!r} has no training pair whose base word has a target (every "
+                                 "position undefined at these lengths); train at longer lengths")
         self.weights = sizes / sizes.sum()
         self.effective = [effective_pairs(circuit.task, p, circuit.train_pairs) for p in circuit.train_pairs]
 
