@@ -95,6 +95,9 @@ class _AfterXdist:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_AfterXdist(), "exactlens-after-xdist")
+    from exactlens.allocator import tune_for_large_tensors
+
+    tune_for_large_tensors()  # as the exactlens program does (speed only); xdist's workers start with it
 
 
 def _rank(nodeid: str) -> int:

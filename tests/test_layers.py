@@ -12,7 +12,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("markup", "errors", "version", "dtypes", "devices", "jsonio", "outputs", "resources", "processes", "lazy",
-              "progress", "interrupts", "plugins", "requests", "results", "verb_registry", "callable_package")),
+              "allocator", "progress", "interrupts", "plugins", "requests", "results", "verb_registry",
+              "callable_package")),
     ("tasks", ("tasks",)),
     ("model", ("model",)),
     ("constructions", ("constructions",)),

@@ -3,7 +3,8 @@
 A forkserver starts once per process and forks every later worker from itself, so a worker inherits the
 environment of the moment the server started, not the caller's when the pool is made: a variable set between
 two pools (``EXACTLENS_*``, ``CUDA_VISIBLE_DEVICES``) would not reach the second pool's workers. Each pool
-therefore hands its workers the caller's environment (:func:`environment_initializer`)."""
+therefore hands its workers the caller's environment (:func:`environment_initializer`), and each worker sets
+glibc's allocator for large tensors (exactlens.allocator)."""
 
 from __future__ import annotations
 
@@ -25,12 +26,17 @@ def pool_context(preload: list[str] | None = None) -> Any:
 
 
 def environment_initializer(then: Callable[[], None]) -> tuple[Callable[..., None], tuple[Any, ...]]:
-    """(initializer, initargs) for a pool: each worker takes this process's environment as it is now, then
-    runs ``then``."""
+    """(initializer, initargs) for a pool: each worker takes this process's environment as it is now, sets its
+    allocator for large tensors as the ``exactlens`` program does (exactlens.allocator: a worker runs exactlens's
+    work only; the caller's own process is left as it is, and its settings, if it has any, win), then runs
+    ``then``."""
     return _adopt, (dict(os.environ), then)
 
 
 def _adopt(environment: dict[str, str], then: Callable[[], None]) -> None:
+    from exactlens.allocator import tune_for_large_tensors
+
     os.environ.clear()
     os.environ.update(environment)
+    tune_for_large_tensors()
     then()

@@ -154,10 +154,13 @@ def _counted(calls: list, *args):
     return _APPLY(*args)
 
 
+_FORWARD = fastpath._forward
+
+
 def test_training_with_and_without_it_agree(monkeypatch):
     options = dict(epochs=12, train_length=8, strings_per_epoch=50, batch_size=25, test_strings=20, eval_every=4)
     calls = []
-    monkeypatch.setattr(fastpath.FastReadout, "apply", lambda *a: _counted(calls, *a))
+    monkeypatch.setattr(fastpath, "_forward", lambda *a: calls.append(1) or _FORWARD(*a))
     fast = train("first", seed=5, **options)
     assert len(calls) == 24, "every step (2 per epoch) through the hand-written readout"
     monkeypatch.setattr(fastpath, "ENABLED", False)
@@ -167,3 +170,46 @@ def test_training_with_and_without_it_agree(monkeypatch):
         assert torch.allclose(p, q, atol=1e-5, rtol=1e-5), f"{name} off by {float((p - q).abs().max()):.2e}"
     for a, b in zip(fast.history, plain.history, strict=True):
         assert a["epoch"] == b["epoch"] and abs(a["train_loss_bits"] - b["train_loss_bits"]) < 1e-5
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "logits" not in c])
+def test_by_hand_gives_the_autograd_paths_outputs_and_flat_gradient_bit_for_bit(case):
+    """FastPath.by_hand (no autograd: the training loop's step for a membership task) against FastPath.readout
+    (one autograd node) on the same flat leaf: the same outputs, and add_gradient adds exactly the gradient that
+    backward() gives, for every parameter."""
+    model = model_of(case, torch.float32)
+    tokens = words(9)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    flat = FlatLeaves(trainable)
+    path = FastPath(model)
+    path.use_flat(flat.flat, flat.leaves)
+    weights = torch.randn(tokens.shape[0], generator=torch.Generator().manual_seed(3))
+    out = path.readout(tokens, False, True)
+    (out * weights).sum().backward()
+    expected = flat.flat.grad.clone()
+    flat.zero_grad()
+    hand = path.by_hand(tokens, False)
+    assert hand is not None and not hand.outputs.requires_grad
+    assert torch.equal(hand.outputs, out.detach())
+    hand.add_gradient(weights)
+    assert torch.equal(flat.flat.grad, expected)
+    hand.add_gradient(weights)  # added, as autograd accumulates into an existing gradient
+    assert torch.equal(flat.flat.grad, expected + expected)
+    flat.release()
+
+
+def test_by_hand_is_none_where_the_path_does_not_apply():
+    model = model_of("first (post-LN, ReLU, features)", torch.float32)
+    tokens = words(9)
+    path = FastPath(model)
+    assert path.by_hand(tokens, False) is None, "no flat leaf: the gradient has nowhere to go"
+    flat = FlatLeaves([p for p in model.parameters() if p.requires_grad])
+    path.use_flat(flat.flat, flat.leaves)
+    assert path.by_hand(tokens, False) is not None
+    assert path.by_hand(tokens, True) is None  # padded words
+    model.blocks[1].hook_resid_mid.add_hook(lambda t, hook: t)
+    try:
+        assert path.by_hand(tokens, False) is None  # a hook is attached
+    finally:
+        model.reset_hooks()
+    flat.release()

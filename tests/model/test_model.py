@@ -1304,3 +1304,27 @@ def test_per_layer_normalization_and_selective_ln(tmp_path):
     torch.testing.assert_close(again(tokens), mixed(tokens), atol=0, rtol=0)
     fresh = ExactTransformer(mixed.cfg).init_weights(seed=1)
     torch.testing.assert_close(fresh.blocks[0].ln1.W_select, torch.eye(6, dtype=F64), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_average_hard_weights_are_the_division_bit_for_bit(dtype):
+    """hard_weights computes tied / count as tied * (1 / count), in place: the same values for every row (tied is 0
+    or 1), with a mask and without, and on rows that see no key (weight 0 everywhere)."""
+    from exactlens.model.components import hard_weights
+
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 4, (3, 2, 9, 11), generator=gen).to(dtype) + 1e-3 * torch.rand(3, 2, 9, 11,
+                                                                                            generator=gen, dtype=dtype)
+    allowed = torch.rand(3, 1, 9, 11, generator=gen) < 0.6
+    allowed[0, 0, 2] = False  # a query that sees no key
+    for tol in (0.0, 0.01, 0.5):
+        for mask in (None, allowed):
+            masked = scores if mask is None else scores.masked_fill(~mask, -float("inf"))
+            tied = masked >= masked.amax(-1, keepdim=True) - tol
+            if mask is not None:
+                tied = tied & mask
+            tied = tied.to(dtype)
+            want = tied / tied.sum(-1, keepdim=True).clamp(min=1)
+            got = hard_weights(masked, mask, "average_hard", tol)
+            assert torch.equal(got, want), (tol, mask is None)
+            assert got.shape == scores.shape and got.dtype == dtype

@@ -114,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # a program, not a call: a Ctrl-C while Python shuts down also exits 130
         import signal
 
+        from exactlens.allocator import tune_for_large_tensors
         from exactlens.interrupts import on_terminate_unwind
 
+        tune_for_large_tensors()  # large tensors reuse freed pages (exactlens.allocator), workers' too
         on_terminate_unwind()  # a kill (SIGTERM) cleans up as Ctrl-C does (exit 143)
         try:
             return _main(sys.argv[1:])

@@ -223,13 +223,18 @@ def gather_rows(x: torch.Tensor, rows: torch.Tensor | int) -> torch.Tensor:
     return x.gather(1, index)
 
 
-def hard_weights(scores: torch.Tensor, allowed: torch.Tensor, kind: str, tol: float) -> torch.Tensor:
-    """Average-hard or unique-hard (leftmost/rightmost) attention weights."""
+def hard_weights(scores: torch.Tensor, allowed: torch.Tensor | None, kind: str, tol: float) -> torch.Tensor:
+    """Average-hard or unique-hard (leftmost/rightmost) attention weights. ``allowed``: None when every query
+    sees every key (``scores`` masked to -inf where it does not)."""
     best = scores.amax(-1, keepdim=True)
-    tied = allowed & (scores >= best - tol)
+    tied = scores >= best - tol
+    if allowed is not None:
+        tied &= allowed
     if kind == "average_hard":
-        tied = tied.to(scores.dtype)
-        return tied / tied.sum(-1, keepdim=True).clamp(min=1)
+        # tied / count as tied * (1 / count): the same values (tied is 0 or 1, and 1 * (1/c) is 1/c), with a
+        # product in place of a division over [.., q, k] and no second buffer
+        weights = tied.to(scores.dtype)
+        return weights.mul_(1.0 / weights.sum(-1, keepdim=True).clamp(min=1))
     if kind == "unique_hard_right":
         tied = tied.flip(-1)
     first = tied & (tied.cumsum(-1) == 1)
@@ -382,8 +387,8 @@ class Attention(nn.Module):
             seen = (allowed.sum(-1, keepdim=True) if allowed is not None
                     else torch.tensor(float(n_keys), device=scores.device))
             scores = scores * torch.log(seen.clamp(min=1).to(scores.dtype))
-        if allowed is not None:
-            scores = scores.masked_fill(~allowed, -math.inf)
+        if allowed is not None:  # in place: scores is this call's own (the product's backward reads q and k only)
+            scores = scores.masked_fill_(~allowed, -math.inf)
         if hooked:
             scores = self.hook_attn_scores(scores)
         weighting = self.weighting
@@ -394,8 +399,7 @@ class Attention(nn.Module):
         elif weighting == "none":
             pattern = scores if allowed is None else torch.where(allowed, scores, scores.new_zeros(()))
         else:
-            full = allowed if allowed is not None else scores.new_ones((1, 1, 1, 1), dtype=torch.bool)
-            pattern = hard_weights(scores, full, weighting, self.cfg.hard_tie_tolerance)
+            pattern = hard_weights(scores, allowed, weighting, self.cfg.hard_tie_tolerance)
         return self.hook_pattern(pattern) if hooked else pattern
 
     def _output(self, z: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,9 @@ CPU attention kernel, on the same parameters. Its backward calls the matching ba
 at all, and the node hands each parameter its gradient. The values are the reference path's up to rounding
 (tests/model/test_fastpath.py: outputs and every gradient against ``run`` in float32 and float64); float64
 training does not use it (its weights stay bit for bit what they were, tests/train/test_bit_identical.py).
+:meth:`FastPath.by_hand` runs the same forward under no autograd and hands back its backward to call
+(:class:`HandReadout`): the training loop's step for a loss whose gradient has a closed form, which then never
+starts autograd's engine (exactlens.train.loop).
 
 Only the common training shape is covered, checked by :func:`fast_plan` (anything else returns a reason and
 the caller runs the model's own forward): every layer softmax attention with no mask on unpadded words and no
@@ -169,7 +172,7 @@ class FastPath:
         if all(id(leaf) in index for leaf in leaves):
             self.flat = (flat, tuple(index[id(leaf)] for leaf in leaves))
 
-    def readout(self, tokens: torch.Tensor, padded: bool, readout_only: bool) -> torch.Tensor | None:
+    def _plan(self, tokens: torch.Tensor, padded: bool, readout_only: bool) -> FastPlan | None:
         if not ENABLED or self.attn is None or not self.attn.fused or hooked(self.points):
             return None
         key = (tokens.shape[1], padded, readout_only)
@@ -180,7 +183,45 @@ class FastPath:
             return None
         if self.params is None:
             self.params = parameters_of(self.model)
-        return fast_readout(self.model, plan, tokens, self.flat, self.params)
+        return plan
+
+    def readout(self, tokens: torch.Tensor, padded: bool, readout_only: bool) -> torch.Tensor | None:
+        plan = self._plan(tokens, padded, readout_only)
+        return None if plan is None else fast_readout(self.model, plan, tokens, self.flat, self.params)
+
+    def by_hand(self, tokens: torch.Tensor, padded: bool) -> HandReadout | None:
+        """The readout outputs with no autograd at all, and their backward to call by hand (HandReadout), where
+        the path applies and the parameters are views of one flat leaf (use_flat); else None."""
+        plan = self._plan(tokens, padded, True) if self.flat is not None else None
+        if plan is None:
+            return None
+        feats = None if plan.learned else self.model.pos_embed._unpadded_features(tokens.shape[1])[0]
+        with torch.no_grad():
+            logits, saved = _forward(plan, tokens, feats, self.params)
+        return HandReadout(logits[:, 0] if plan.sigmoid else logits, saved, tokens, feats, self.params, self.flat)
+
+
+@dataclass
+class HandReadout:
+    """A readout computed with no autograd (FastPath.by_hand), for a training step whose loss gradient has a
+    closed form (exactlens.tasks.kinds.loss_gradient): the step then skips autograd's engine too, whose every
+    ``backward()`` call costs ~0.1 ms at these sizes, about a twentieth of a FIRST step at |w| = 10. The
+    gradients are the autograd path's, bit for bit (tests/model/test_fastpath.py)."""
+
+    outputs: torch.Tensor  # [batch] (sigmoid) or [batch, out], as FastPath.readout's
+    saved: _Saved
+    tokens: torch.Tensor
+    feats: torch.Tensor | None
+    params: list[torch.Tensor]
+    flat: tuple[torch.Tensor, tuple[int, ...]]
+
+    def add_gradient(self, grad: torch.Tensor) -> None:
+        """Add d loss / d parameters to the flat leaf's gradient, given d loss / d outputs (``outputs``' shape):
+        in place, as autograd accumulates into a leaf's existing gradient."""
+        with torch.no_grad():
+            grads = _backward(self.saved, self.tokens, self.feats, self.params,
+                              grad[:, None] if self.saved.plan.sigmoid else grad)
+            self.flat[0].grad.add_(_flat_gradient(grads, self.flat[1]))
 
 
 def fast_readout(model, plan: FastPlan, tokens: torch.Tensor, flat: tuple[torch.Tensor, tuple[int, ...]] | None = None,
@@ -215,25 +256,8 @@ class FastReadout(torch.autograd.Function):
                 flat: torch.Tensor | None, *params: torch.Tensor):
         if order is not None:
             params = params[0]
-        batch, n_pos = tokens.shape
-        W_E, W_pos = params[0], params[1]
-        pos = W_pos.narrow(0, 0, n_pos) if plan.learned else torch.mm(feats, W_pos)  # [pos, m]
-        x = F.embedding(tokens, W_E) + pos
-        saved_layers = []
-        last = len(plan.layers) - 1
-        for i, layer in enumerate(plan.layers):
-            p = params[2 + PER_LAYER * i : 2 + PER_LAYER * (i + 1)]
-            x, saved = _layer_forward(plan, layer, p, x, plan.position if i == last else None)
-            saved_layers.append(saved)
-        x = x.reshape(batch, -1)  # [batch, m]: the readout position's residual stream
-        rest = params[2 + PER_LAYER * len(plan.layers):]
-        final = None
-        if plan.final_eps is not None:
-            final = (x, _ln(x, rest[0], rest[1], plan.final_eps))
-            x = final[1][0]
-        W_U, b_U = rest[-2], rest[-1]
-        logits = torch.addmm(b_U, x, W_U)
-        ctx.plan, ctx.layers, ctx.final, ctx.unembed_in, ctx.order = plan, saved_layers, final, x, order
+        logits, ctx.saved = _forward(plan, tokens, feats, params)
+        ctx.order = order
         if order is None:
             ctx.save_for_backward(tokens, feats, *params)
         else:  # leaves (views of the flat one), not outputs of this node: no cycle kept through ctx
@@ -243,40 +267,81 @@ class FastReadout(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        plan = ctx.plan
         tokens, feats, *params = ctx.saved_tensors
         if ctx.order is not None:
             params = ctx.params
-        grads: list[torch.Tensor | None] = [None] * len(params)
-        rest = 2 + PER_LAYER * len(plan.layers)
-        W_U = params[-2]
-        grads[-2], grads[-1] = torch.mm(ctx.unembed_in.t(), grad), grad.sum(0)
-        g = torch.mm(grad, W_U.t())  # [batch, m]
-        if ctx.final is not None:
-            x, saved = ctx.final
-            g, grads[rest], grads[rest + 1] = _ln_back(g, x, saved, params[rest], params[rest + 1])
-        batch, n_pos = tokens.shape
-        g = g.view(batch, 1, -1)
-        last = len(plan.layers) - 1
-        for i in range(last, -1, -1):
-            lo = 2 + PER_LAYER * i
-            g, layer_grads = _layer_backward(plan, plan.layers[i], params[lo : lo + PER_LAYER], ctx.layers[i], g,
-                                             n_pos, plan.position if i == last else None)
-            grads[lo : lo + PER_LAYER] = layer_grads
-        g_sum = g.sum(0)  # [pos, m]
-        if plan.learned:
-            grads[1] = torch.zeros_like(params[1])
-            grads[1][:n_pos] = g_sum
-        else:
-            grads[1] = torch.mm(feats.t(), g_sum)
-        m = g.shape[-1]  # the embedding's gradient: rows added by token (index_add: ~3.5x embedding_dense_backward)
-        grads[0] = torch.zeros_like(params[0]).index_add_(0, tokens.reshape(-1), g.reshape(-1, m))
+        grads = _backward(ctx.saved, tokens, feats, params, grad)
         if ctx.order is not None:  # one gradient for the flat leaf, in its order
-            flat_grad = torch.cat([grads[i].reshape(-1) for i in ctx.order])
-            return None, None, None, None, flat_grad, None
+            return None, None, None, None, _flat_gradient(grads, ctx.order), None
         needs = ctx.needs_input_grad[5:]
         return (None, None, None, None, None,
                 *(gr if need else None for gr, need in zip(grads, needs, strict=True)))
+
+
+def _flat_gradient(grads: list[torch.Tensor], order: tuple[int, ...]) -> torch.Tensor:
+    return torch.cat([grads[i].reshape(-1) for i in order])
+
+
+@dataclass
+class _Saved:
+    """What the forward keeps for the backward (besides tokens, features and parameters)."""
+
+    plan: FastPlan
+    layers: list[tuple]
+    final: tuple | None
+    unembed_in: torch.Tensor
+
+
+def _forward(plan: FastPlan, tokens: torch.Tensor, feats: torch.Tensor | None, params) -> tuple[torch.Tensor, _Saved]:
+    batch, n_pos = tokens.shape
+    W_E, W_pos = params[0], params[1]
+    pos = W_pos.narrow(0, 0, n_pos) if plan.learned else torch.mm(feats, W_pos)  # [pos, m]
+    x = F.embedding(tokens, W_E) + pos
+    saved_layers = []
+    last = len(plan.layers) - 1
+    for i, layer in enumerate(plan.layers):
+        p = params[2 + PER_LAYER * i : 2 + PER_LAYER * (i + 1)]
+        x, saved = _layer_forward(plan, layer, p, x, plan.position if i == last else None)
+        saved_layers.append(saved)
+    x = x.reshape(batch, -1)  # [batch, m]: the readout position's residual stream
+    rest = params[2 + PER_LAYER * len(plan.layers):]
+    final = None
+    if plan.final_eps is not None:
+        final = (x, _ln(x, rest[0], rest[1], plan.final_eps))
+        x = final[1][0]
+    W_U, b_U = rest[-2], rest[-1]
+    return torch.addmm(b_U, x, W_U), _Saved(plan, saved_layers, final, x)
+
+
+def _backward(saved: _Saved, tokens: torch.Tensor, feats: torch.Tensor | None, params,
+              grad: torch.Tensor) -> list[torch.Tensor]:
+    """Every parameter's gradient (parameters_of's order) from the logits' ``grad`` [batch, out]."""
+    plan = saved.plan
+    grads: list[torch.Tensor | None] = [None] * len(params)
+    rest = 2 + PER_LAYER * len(plan.layers)
+    W_U = params[-2]
+    grads[-2], grads[-1] = torch.mm(saved.unembed_in.t(), grad), grad.sum(0)
+    g = torch.mm(grad, W_U.t())  # [batch, m]
+    if saved.final is not None:
+        x, ln = saved.final
+        g, grads[rest], grads[rest + 1] = _ln_back(g, x, ln, params[rest], params[rest + 1])
+    batch, n_pos = tokens.shape
+    g = g.view(batch, 1, -1)
+    last = len(plan.layers) - 1
+    for i in range(last, -1, -1):
+        lo = 2 + PER_LAYER * i
+        g, layer_grads = _layer_backward(plan, plan.layers[i], params[lo : lo + PER_LAYER], saved.layers[i], g,
+                                         n_pos, plan.position if i == last else None)
+        grads[lo : lo + PER_LAYER] = layer_grads
+    g_sum = g.sum(0)  # [pos, m]
+    if plan.learned:
+        grads[1] = torch.zeros_like(params[1])
+        grads[1][:n_pos] = g_sum
+    else:
+        grads[1] = torch.mm(feats.t(), g_sum)
+    m = g.shape[-1]  # the embedding's gradient: rows added by token (index_add: ~3.5x embedding_dense_backward)
+    grads[0] = torch.zeros_like(params[0]).index_add_(0, tokens.reshape(-1), g.reshape(-1, m))
+    return grads
 
 
 def _qkv_weights(p) -> tuple[torch.Tensor, torch.Tensor]:

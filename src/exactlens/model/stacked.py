@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from exactlens.errors import ExactLensError
-from exactlens.model.fastpath import FastPath
+from exactlens.model.fastpath import FastPath, HandReadout
 from exactlens.model.transformer import ExactTransformer
 
 
@@ -169,6 +169,15 @@ class SingleRun:
                 return out[None]
         logits = model.run(tokens[0], checked, padded, readout_only=readout_only)
         return model.select_readout(logits, checked)[None]
+
+    def by_hand(self, tokens: torch.Tensor, n_positions: torch.Tensor) -> HandReadout | None:
+        """The training loop's own words (``readout(..., drawn=True)``) through FastPath.by_hand: outputs [B] or
+        [B, out] with no autograd and their backward to call, or None where the hand-written path does not
+        apply (then ``readout`` runs)."""
+        if self.fast is None or not self.model.training:
+            return None
+        padded = check_drawn(self.model, tokens[0], n_positions[0].long(), self._shapes)
+        return self.fast.by_hand(tokens[0], padded)
 
     def use_flat(self, flat: FlatLeaves) -> None:
         """The optimizer updates ``flat``: the hand-written readout gives it one gradient (model.fastpath)."""

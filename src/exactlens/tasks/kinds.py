@@ -196,6 +196,17 @@ def loss(task: TaskLike, outputs: torch.Tensor, targets: torch.Tensor, n_positio
     return _masked_mean(each, valid)
 
 
+def mean_loss_gradient(task: TaskLike, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+    """d mean(loss(task, outputs, ...)) / d outputs in closed form where there is one, else None (the caller runs
+    autograd): a membership task's binary cross-entropy of one logit per word, outputs [B]. Written with the
+    operations of autograd's own backward in their order (the mean's 1 / B, then (sigmoid(z) - y) times it), so
+    the values are what ``backward()`` gives, bit for bit (tests/tasks/test_loss_gradient.py)."""
+    if task.kind != "membership" or outputs.ndim != 1:
+        return None
+    scale = torch.ones((), dtype=outputs.dtype, device=outputs.device) / outputs.shape[0]
+    return (torch.sigmoid(outputs) - targets.to(outputs.dtype)) * scale
+
+
 def _masked_mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     weights = valid.to(values.dtype)
     return (values * weights).sum(1) / weights.sum(1).clamp(min=1)
