@@ -1328,3 +1328,15 @@ def test_average_hard_weights_are_the_division_bit_for_bit(dtype):
             got = hard_weights(masked, mask, "average_hard", tol)
             assert torch.equal(got, want), (tol, mask is None)
             assert got.shape == scores.shape and got.dtype == dtype
+
+
+def test_hard_weights_broadcast_a_larger_mask_as_before():
+    """A mask with more rows than the scores (in-place is impossible there): the out-of-place result, broadcast."""
+    from exactlens.model.components import hard_weights
+
+    scores = torch.tensor([[[[1.0, 3.0, 3.0, 2.0]]]], dtype=F64)  # [1, 1, 1, 4]
+    allowed = torch.tensor([[[[True, True, False, True]]], [[[True, False, False, True]]]])  # [2, 1, 1, 4]
+    got = hard_weights(scores, allowed, "average_hard", 0.0)
+    assert got.shape == (2, 1, 1, 4)
+    assert got[0, 0, 0].tolist() == [0.0, 1.0, 0.0, 0.0]  # 3.0 at key 1 only (key 2 masked)
+    assert got[1, 0, 0].tolist() == [0.0, 0.0, 0.0, 0.0]  # the best (3.0) is masked and the rest is below it

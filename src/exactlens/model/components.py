@@ -223,13 +223,21 @@ def gather_rows(x: torch.Tensor, rows: torch.Tensor | int) -> torch.Tensor:
     return x.gather(1, index)
 
 
+def _in_place_ok(target: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether ``target`` can take an in-place operation with ``other``: its shape is already the broadcast one, and
+    ``other`` is not batched under torch.vmap where ``target`` is not (the in-place form would fail there)."""
+    batched = torch._C._functorch.is_batchedtensor
+    return (torch.broadcast_shapes(target.shape, other.shape) == target.shape
+            and (batched(target) or not batched(other)))
+
+
 def hard_weights(scores: torch.Tensor, allowed: torch.Tensor | None, kind: str, tol: float) -> torch.Tensor:
     """Average-hard or unique-hard (leftmost/rightmost) attention weights. ``allowed``: None when every query
     sees every key (``scores`` masked to -inf where it does not)."""
     best = scores.amax(-1, keepdim=True)
     tied = scores >= best - tol
     if allowed is not None:
-        tied &= allowed
+        tied = tied.logical_and_(allowed) if _in_place_ok(tied, allowed) else tied & allowed
     if kind == "average_hard":
         # tied / count as tied * (1 / count): the same values (tied is 0 or 1, and 1 * (1/c) is 1/c), with a
         # product in place of a division over [.., q, k] and no second buffer
@@ -387,8 +395,10 @@ class Attention(nn.Module):
             seen = (allowed.sum(-1, keepdim=True) if allowed is not None
                     else torch.tensor(float(n_keys), device=scores.device))
             scores = scores * torch.log(seen.clamp(min=1).to(scores.dtype))
-        if allowed is not None:  # in place: scores is this call's own (the product's backward reads q and k only)
-            scores = scores.masked_fill_(~allowed, -math.inf)
+        if allowed is not None:  # in place where it can: scores is this call's own (the product's backward reads
+            hidden = ~allowed  # q and k only)
+            scores = scores.masked_fill_(hidden, -math.inf) if _in_place_ok(scores, hidden) else \
+                scores.masked_fill(hidden, -math.inf)
         if hooked:
             scores = self.hook_attn_scores(scores)
         weighting = self.weighting

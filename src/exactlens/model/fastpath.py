@@ -204,7 +204,7 @@ class FastPath:
 @dataclass
 class HandReadout:
     """A readout computed with no autograd (FastPath.by_hand), for a training step whose loss gradient has a
-    closed form (exactlens.tasks.kinds.loss_gradient): the step then skips autograd's engine too, whose every
+    closed form (exactlens.tasks.kinds.mean_loss_gradient): the step then skips autograd's engine too, whose every
     ``backward()`` call costs ~0.1 ms at these sizes, about a twentieth of a FIRST step at |w| = 10. The
     gradients are the autograd path's, bit for bit (tests/model/test_fastpath.py)."""
 

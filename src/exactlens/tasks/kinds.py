@@ -200,7 +200,7 @@ def mean_loss_gradient(task: TaskLike, outputs: torch.Tensor, targets: torch.Ten
     """d mean(loss(task, outputs, ...)) / d outputs in closed form where there is one, else None (the caller runs
     autograd): a membership task's binary cross-entropy of one logit per word, outputs [B]. Written with the
     operations of autograd's own backward in their order (the mean's 1 / B, then (sigmoid(z) - y) times it), so
-    the values are what ``backward()`` gives, bit for bit (tests/tasks/test_loss_gradient.py)."""
+    the values are what ``backward()`` gives, bit for bit (tests/train/test_hand_step.py)."""
     if task.kind != "membership" or outputs.ndim != 1:
         return None
     scale = torch.ones((), dtype=outputs.dtype, device=outputs.device) / outputs.shape[0]
