@@ -1,5 +1,5 @@
-"""glibc's allocator for exactlens's own command-line processes: large tensors come from the heap and their memory
-is kept for the next one.
+"""glibc's allocator for exactlens's own processes (the ``exactlens`` program and the workers of its pools): large
+tensors come from the heap and their memory is kept for the next one.
 
 By default glibc maps every allocation above its mmap threshold (at most 32 MiB) with its own ``mmap`` and
 unmaps it when freed, so each large tensor (a [words, heads, n, n] attention pattern at n = 1000, a batch's
@@ -10,8 +10,10 @@ reused ones, and palindrome-hash's precision check at |w| = 1000 went from 8.0 t
 (benchmarks/bench_allocator.py measures it). With no mmap for large blocks (M_MMAP_MAX = 0) and a high trim
 threshold (memory freed at the top of the heap is kept up to TRIM_BYTES), a freed tensor's pages serve the next.
 
-Only the ``exactlens`` program does this (``exactlens.cli.main``), before it starts any worker: a library
-imported into someone's process leaves its allocator alone. Values already in the environment win (the
+The ``exactlens`` program does this at its start (``exactlens.cli.main``), before it starts any worker, and so
+does every worker of an exactlens pool (``exactlens.processes.environment_initializer``: the report's, the local
+sweep engine's), which runs exactlens's work only; a library imported into someone's process leaves that
+process's allocator alone. Values already in the environment win (the
 variables below, read by glibc at a process's start), and ``EXACTLENS_SYSTEM_MALLOC=1`` turns it off. The
 settings go into the environment too, so that worker processes (forkserver, spawn) start with them.
 """
