@@ -106,3 +106,23 @@ def test_exactlens_worker_processes_tune_themselves_and_leave_the_caller_alone(t
     assert out["worker"]["MALLOC_MMAP_MAX_"] == "0"
     off = _run(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')", EXACTLENS_SYSTEM_MALLOC="1")
     assert off["worker"]["MALLOC_MMAP_MAX_"] is None
+
+
+@pytest.mark.parametrize("value", ["true", "yes", "2"])
+def test_a_bad_switch_value_is_one_line_and_changes_nothing(value):
+    clean = {k: v for k, v in os.environ.items() if k not in NAMES}
+    out = subprocess.run([sys.executable, "-m", "exactlens", "list"], env={**clean, "EXACTLENS_SYSTEM_MALLOC": value},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        f"exactlens: error: EXACTLENS_SYSTEM_MALLOC is 1 (glibc's allocator as it is) or 0 (exactlens's settings "
+        f"for large tensors); got {value!r}"]
+    from exactlens.errors import ExactLensError
+    from exactlens.processes import environment_initializer
+
+    os.environ["EXACTLENS_SYSTEM_MALLOC"] = value
+    try:  # a pool of the API refuses it in the caller, before any worker starts
+        with pytest.raises(ExactLensError, match="EXACTLENS_SYSTEM_MALLOC is 1"):
+            environment_initializer(lambda: None)
+    finally:
+        del os.environ["EXACTLENS_SYSTEM_MALLOC"]

@@ -24,6 +24,8 @@ import ctypes
 import os
 import sys
 
+from exactlens.errors import ExactLensError
+
 TRIM_BYTES = 1 << 30
 """Freed memory kept at the top of the heap before it is handed back to the system (1 GiB)."""
 
@@ -33,11 +35,24 @@ ENVIRONMENT = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(TRIM_BYTES
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt's parameter numbers (malloc.h)
 
 
+SWITCH = "EXACTLENS_SYSTEM_MALLOC"
+"""1: leave glibc's allocator as it is; 0 or unset: the settings above."""
+
+
+def switched_off() -> bool:
+    """Whether ``EXACTLENS_SYSTEM_MALLOC`` turns the settings off; any value but 1 or 0 is refused."""
+    value = os.environ.get(SWITCH, "0").strip()
+    if value not in ("0", "1", ""):
+        raise ExactLensError(f"{SWITCH} is 1 (glibc's allocator as it is) or 0 (exactlens's settings for large "
+                             f"tensors); got {value!r}")
+    return value == "1"
+
+
 def tune_for_large_tensors() -> bool:
     """Apply the settings to this process and its future children; whether they are now in effect here. False
     off glibc (another libc or system), with ``EXACTLENS_SYSTEM_MALLOC=1``, or where the environment already sets
-    one of the variables (left as it is)."""
-    if os.environ.get("EXACTLENS_SYSTEM_MALLOC") == "1" or not sys.platform.startswith("linux"):
+    one of the variables (left as it is). A value of the switch other than 0 or 1: ExactLensError."""
+    if switched_off() or not sys.platform.startswith("linux"):
         return False
     if any(name in os.environ for name in (*ENVIRONMENT, "MALLOC_MMAP_THRESHOLD_")):
         return False

@@ -29,7 +29,10 @@ def environment_initializer(then: Callable[[], None]) -> tuple[Callable[..., Non
     """(initializer, initargs) for a pool: each worker takes this process's environment as it is now, sets its
     allocator for large tensors as the ``exactlens`` program does (exactlens.allocator: a worker runs exactlens's
     work only; the caller's own process is left as it is, and its settings, if it has any, win), then runs
-    ``then``."""
+    ``then``. A bad value of the allocator's switch is refused here, in the caller, not in each worker."""
+    from exactlens.allocator import switched_off
+
+    switched_off()
     return _adopt, (dict(os.environ), then)
 
 

@@ -117,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         from exactlens.allocator import tune_for_large_tensors
         from exactlens.interrupts import on_terminate_unwind
 
-        tune_for_large_tensors()  # large tensors reuse freed pages (exactlens.allocator), workers' too
+        try:
+            tune_for_large_tensors()  # large tensors reuse freed pages (exactlens.allocator), workers' too
+        except ExactLensError as err:  # a bad value of its switch
+            print(f"exactlens: error: {one_line(str(err))}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         on_terminate_unwind()  # a kill (SIGTERM) cleans up as Ctrl-C does (exit 143)
         try:
             return _main(sys.argv[1:])
